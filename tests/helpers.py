@@ -1,0 +1,40 @@
+"""Helpers shared by the tests."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
+
+
+def shape(exc: BaseException | None) -> Any:
+    """Describe an exception tree by types and group messages only."""
+    if exc is None:
+        return None
+    if isinstance(exc, BaseExceptionGroup):
+        return (type(exc).__name__, exc.message, [shape(e) for e in exc.exceptions])
+    return type(exc).__name__
+
+
+async def capture(fn: Callable[[], Any]) -> BaseException | None:
+    """Run ``await fn()`` and return what it raised (None if nothing)."""
+    try:
+        await fn()
+    except BaseException as exc:
+        return exc
+    return None
+
+
+class StepCounter(trio.abc.Instrument):
+    """Counts how often each task is stepped by the scheduler."""
+
+    def __init__(self) -> None:
+        self.steps: dict[trio.lowlevel.Task, int] = {}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task] = self.steps.get(task, 0) + 1

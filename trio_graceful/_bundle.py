@@ -1,0 +1,711 @@
+"""Bundles: nurseries whose children can be cancelled with a grace period.
+
+Shape of a bundle (``async with open_bundle() as bundle: BODY``)::
+
+    outer nursery (bundle.cancel_scope)         <- the body runs here
+    └── host task
+        └── inner nursery (the children's scope) <- every child runs here
+
+The children live in a nursery of their own, opened by a small host task, so
+that the hard deadline of `Bundle.cancel` can be put on *their* cancel scope
+alone: when the grace runs out the children are cancelled and the body goes
+on. Everything else mirrors a plain nursery: cancelling ``bundle.cancel_scope``
+cancels body and children, a child's exception cancels its siblings and the
+body at once, and the exception group that leaves the bundle has the shape a
+plain nursery's would.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import functools
+import inspect
+import math
+import sys
+import weakref
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast, final
+
+import attrs
+import trio
+
+from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
+from ._report import BundleStatistics, CancelReport, ChildEnd, ChildOutcome
+from ._util import NoPublicConstructor, check_seconds
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from typing_extensions import TypeVarTuple, Unpack
+
+    PosArgT = TypeVarTuple("PosArgT")
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """True if ``exc`` is `trio.Cancelled`, or a group holding only Cancelled."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    group = _as_group(exc)
+    return group is not None and group.split(trio.Cancelled)[1] is None
+
+
+def _as_group(exc: object) -> BaseExceptionGroup[BaseException] | None:
+    # isinstance() alone narrows to BaseExceptionGroup[Unknown].
+    if isinstance(exc, BaseExceptionGroup):
+        return cast("BaseExceptionGroup[BaseException]", exc)
+    return None
+
+
+def _given(coro: Awaitable[object]) -> Awaitable[object]:
+    return coro
+
+
+def _is_async_def(fn: object) -> bool:
+    code = getattr(fn, "__code__", None)
+    return code is not None and bool(code.co_flags & inspect.CO_COROUTINE)
+
+
+def _prepare(
+    async_fn: Callable[..., Awaitable[object]], args: tuple[object, ...]
+) -> tuple[Callable[..., Awaitable[object]], tuple[object, ...]]:
+    """Check an ``async_fn`` that is not a plain ``async def`` function now.
+
+    `Bundle.start_soon` recognises ``async def`` functions (also bound
+    methods) from their code flags and calls them later, in the child. Other
+    callables are called here, as `trio.Nursery.start_soon` does, so that
+    mistakes raise in the caller; they must return a coroutine.
+    """
+    candidate: object = async_fn
+    if isinstance(candidate, functools.partial):
+        partial = cast("functools.partial[object]", candidate)
+        if _is_async_def(partial.func):
+            return async_fn, args
+    if isinstance(candidate, collections.abc.Coroutine):
+        coro_object = cast(
+            "collections.abc.Coroutine[object, object, object]", candidate
+        )
+        coro_object.close()
+        raise TypeError(
+            f"start_soon expected an async function, not the coroutine object "
+            f"{coro_object!r}; pass the function and its arguments instead: "
+            f"start_soon(fn, *args)"
+        )
+    if not callable(cast("object", async_fn)):
+        raise TypeError(f"start_soon expected an async function, not {async_fn!r}")
+    coro: object = async_fn(*args)
+    if not isinstance(coro, collections.abc.Coroutine):
+        raise TypeError(
+            f"start_soon expected an async function, but {async_fn!r} returned "
+            f"{coro!r} instead of a coroutine; is it missing 'async'?"
+        )
+    return _given, (cast("collections.abc.Coroutine[object, object, object]", coro),)
+
+
+@final
+@attrs.define(eq=False, slots=False)
+class _ChildStatus(trio.TaskStatus[Any]):
+    """Forwards ``task_status.started()`` and remembers that it happened."""
+
+    _real: trio.TaskStatus[Any]
+    _on_started: Callable[[], object]
+    was_started: bool = False
+
+    def started(self, value: Any = None) -> None:
+        self._real.started(value)
+        self.was_started = True
+        self._on_started()
+
+
+@attrs.define(eq=False)
+class _Cancellation:
+    """The record of a bundle's cancellation, shared by every cancel() caller."""
+
+    started_at: float
+    all_done: trio.Event = attrs.field(factory=trio.Event)
+    ended: list[ChildEnd] = attrs.field(factory=list[ChildEnd])
+    report: CancelReport | None = None
+
+
+@final
+@attrs.define(eq=False, repr=False, slots=False)
+class Bundle(metaclass=NoPublicConstructor):
+    """A nursery whose children can be cancelled gracefully. See `open_bundle`.
+
+    A bundle can stand in for a `trio.Nursery`: it has `start_soon`, `start`,
+    `cancel_scope`, `child_tasks` and `parent_task`, so it can be passed as
+    ``handler_nursery`` to `trio.serve_tcp`, `trio.serve_listeners` or
+    trio-websocket's ``serve_websocket``. Its own operations are `cancel`,
+    `shutdown`, `open_inbox` and `statistics`.
+    """
+
+    _name: str
+    _outer: trio.Nursery
+    _inner: trio.Nursery
+    _token: trio.lowlevel.TrioToken
+    # Children started and not yet ended, including those still starting.
+    _live: int = 0
+    _closed: bool = False
+    _closed_reason: str = ""
+    _hard_deadline: float = math.inf
+    # When the children were hard-cancelled (explicitly, or by a failing
+    # child); a deadline that expired is recognised from the scope.
+    _hard_cancelled_at: float | None = None
+    # Created by the first cancel() call.
+    _cancellation: _Cancellation | None = None
+    # Scopes around children still starting under start(): they are not yet
+    # under the inner nursery's scope, so deadlines and hard cancels go to
+    # them one by one.
+    _start_scopes: set[trio.CancelScope] = attrs.field(factory=set[trio.CancelScope])
+    _inboxes: weakref.WeakSet[InboxState[Any]] = attrs.field(
+        factory=weakref.WeakSet[InboxState[Any]]
+    )
+    _stopping: bool = False
+    # What children recorded with note_abandoned(), until they end.
+    _abandoned: dict[trio.lowlevel.Task, list[str]] = attrs.field(
+        factory=dict[trio.lowlevel.Task, list[str]]
+    )
+
+    def __repr__(self) -> str:
+        state = (
+            "closed" if self._closed else "cancelling" if self.cancelling else "open"
+        )
+        return (
+            f"<trio_graceful.Bundle {self._name!r} {state}, "
+            f"{self._live} children at {id(self):#x}>"
+        )
+
+    # -- the trio.Nursery surface -------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The bundle's name, used in reports, task names and traces."""
+        return self._name
+
+    @property
+    def cancel_scope(self) -> trio.CancelScope:
+        """The scope around the body and the children, as `trio.Nursery.cancel_scope`.
+
+        Cancelling it hard-cancels everything at once, body included.
+        """
+        return self._outer.cancel_scope
+
+    @property
+    def child_tasks(self) -> frozenset[trio.lowlevel.Task]:
+        """The children still running, as `trio.Nursery.child_tasks`."""
+        return self._inner.child_tasks
+
+    @property
+    def parent_task(self) -> trio.lowlevel.Task:
+        """The task that opened the bundle, as `trio.Nursery.parent_task`."""
+        return self._outer.parent_task
+
+    def start_soon(
+        self,
+        async_fn: Callable[[Unpack[PosArgT]], Awaitable[object]],
+        *args: Unpack[PosArgT],
+        name: object = None,
+    ) -> None:
+        """Start ``await async_fn(*args)`` as a child, like `trio.Nursery.start_soon`.
+
+        A child started while the bundle is cancelling gets the same hard
+        deadline and is waited for by `cancel`. Not a checkpoint.
+
+        Args:
+            async_fn: An async function.
+            *args: Positional arguments for ``async_fn``.
+            name: The task's name, as in `trio.Nursery.start_soon`.
+
+        Raises:
+            RuntimeError: if the bundle is closed: `cancel` has finished, or
+                the ``async with`` block has exited and every child has ended.
+            TypeError: if ``async_fn`` is not an async function.
+        """
+        if self._closed:
+            raise RuntimeError(self._closed_reason)
+        if name is None:
+            name = async_fn
+        code = getattr(async_fn, "__code__", None)
+        if code is None or not code.co_flags & inspect.CO_COROUTINE:
+            async_fn, args = _prepare(async_fn, args)  # type: ignore[assignment]
+        self._inner.start_soon(self._run_child, async_fn, args, name=name)
+        self._live += 1
+
+    async def start(
+        self,
+        async_fn: Callable[..., Awaitable[object]],
+        *args: object,
+        name: object = None,
+    ) -> Any:
+        """Start a child and wait until it is ready, like `trio.Nursery.start`.
+
+        ``async_fn`` must take a ``task_status`` keyword argument and call
+        ``task_status.started(value)``; `start` returns ``value``. Until then
+        the child runs under the caller and its exceptions go to the caller.
+        A child started while the bundle is cancelling gets the same hard
+        deadline, also before it is ready. This is a checkpoint.
+
+        Raises:
+            RuntimeError: if the bundle is closed, if the child returned
+                without calling ``task_status.started()``, or if the bundle
+                was hard-cancelled before the child was ready.
+        """
+        if self._closed:
+            raise RuntimeError(self._closed_reason)
+        self._live += 1
+        return await self._inner.start(
+            self._run_starting_child,
+            async_fn,
+            args,
+            name=async_fn if name is None else name,
+        )
+
+    # -- graceful cancellation ------------------------------------------------
+
+    @property
+    def hard_deadline(self) -> float:
+        """The children's hard deadline in Trio time; `math.inf` if not cancelling.
+
+        Children see it through `trio.current_effective_deadline`, together
+        with any earlier deadline of the scopes around the bundle.
+        """
+        return self._hard_deadline
+
+    @property
+    def cancelling(self) -> bool:
+        """True once `cancel` (or `shutdown`) has been called."""
+        return self._cancellation is not None
+
+    @property
+    def closed(self) -> bool:
+        """True once the bundle accepts no new children."""
+        return self._closed
+
+    async def cancel(self, grace: float) -> CancelReport:
+        """Cancel the children, giving them ``grace`` seconds to finish first.
+
+        Waits for every child (not the body of the ``async with`` block) and
+        returns the moment the last one ends. If some are still running
+        ``grace`` seconds after the call, they are hard-cancelled (Trio
+        cancellation) and `cancel` returns once they have unwound. The body is
+        not cancelled and goes on afterwards; the bundle is then closed.
+
+        Calling `cancel` again, or from several tasks, is allowed: a shorter
+        grace moves the hard deadline earlier, never later, and every caller
+        returns when the children are done (the same report for all).
+
+        This is a checkpoint. If the calling task is cancelled while it waits,
+        every child is hard-cancelled at once and the caller gets its
+        `trio.Cancelled` as usual.
+
+        Args:
+            grace (float): Seconds to wait before the hard cancel; 0 hard-cancels
+                at once, `math.inf` waits as long as it takes.
+
+        Returns:
+            CancelReport: What each child did and when.
+
+        Raises:
+            TypeError: if ``grace`` is not a number.
+            ValueError: if ``grace`` is negative or NaN.
+            RuntimeError: if called from another thread or Trio run, or from a
+                task inside this bundle (it would wait for itself).
+        """
+        grace = check_seconds("grace", grace)
+        self._check_caller("cancel")
+        return await self._cancel(grace)
+
+    async def shutdown(self, grace: float) -> CancelReport:
+        """Send `STOP` to every inbox of this bundle, then `cancel` with ``grace``.
+
+        The inboxes opened with `open_inbox` get STOP behind the messages
+        already queued; an inbox opened after this call gets STOP at once.
+        This is a checkpoint; see `cancel` for the rest.
+
+        Args:
+            grace (float): As for `cancel`.
+
+        Returns:
+            CancelReport: As for `cancel`.
+
+        Raises:
+            TypeError, ValueError, RuntimeError: As for `cancel`.
+        """
+        grace = check_seconds("grace", grace)
+        self._check_caller("shutdown")
+        self._stopping = True
+        for state in list(self._inboxes):
+            state.stop()
+        return await self._cancel(grace)
+
+    def open_inbox(
+        self, max_buffer_size: int | float = 0
+    ) -> tuple[InboxSender[Any], InboxReceiver[Any]]:
+        """Open an inbox that `shutdown` will stop. Not a checkpoint.
+
+        Give the receiver to a child; `shutdown` queues `STOP` on it behind
+        the messages already sent. Annotate the two variables to fix the
+        message type: ``tx: InboxSender[Job]``.
+
+        Args:
+            max_buffer_size (int or math.inf): As for `open_inbox`.
+
+        Raises:
+            TypeError, ValueError: for a bad ``max_buffer_size``.
+            RuntimeError: if the bundle is closed.
+        """
+        if self._closed:
+            raise RuntimeError(self._closed_reason)
+        sender: InboxSender[Any]
+        receiver: InboxReceiver[Any]
+        state: InboxState[Any]
+        sender, receiver, state = open_inbox_with_state(max_buffer_size)
+        self._inboxes.add(state)
+        state.on_receivers_closed = functools.partial(self._inboxes.discard, state)
+        if self._stopping:
+            state.stop()
+        return sender, receiver
+
+    def statistics(self) -> BundleStatistics:
+        """Return a `BundleStatistics` snapshot. Not a checkpoint."""
+        return BundleStatistics(
+            children_running=self._live,
+            cancelling=self.cancelling,
+            closed=self._closed,
+            hard_deadline=self._hard_deadline,
+            inboxes=len(self._inboxes),
+        )
+
+    # -- internals --------------------------------------------------------------
+
+    def _check_caller(self, method: str) -> None:
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            token = None
+        if token is not self._token:
+            raise RuntimeError(
+                f"Bundle.{method}() must be called from the Trio run that owns "
+                f"bundle {self._name!r}; from another thread use "
+                f"trio.from_thread.run(bundle.{method}, grace)"
+            )
+        task = trio.lowlevel.current_task()
+        while True:
+            nursery = task.parent_nursery or task.eventual_parent_nursery
+            if nursery is None:
+                break
+            if nursery is self._inner:
+                caller = trio.lowlevel.current_task()
+                raise RuntimeError(
+                    f"Bundle.{method}() was called from {caller!r}, "
+                    f"which runs inside bundle {self._name!r} and would wait for "
+                    f"itself; call it from the task that owns the bundle, or use "
+                    f"bundle.cancel_scope.cancel() for a hard cancel"
+                )
+            task = nursery.parent_task
+
+    async def _cancel(self, grace: float) -> CancelReport:
+        now = trio.current_time()
+        cancellation = self._cancellation
+        if cancellation is None:
+            cancellation = self._cancellation = _Cancellation(started_at=now)
+            if self._live == 0:
+                self._finish_cancel(cancellation)
+        deadline = now + grace
+        if deadline < self._hard_deadline:
+            self._hard_deadline = deadline
+            self._inner.cancel_scope.deadline = deadline
+            for scope in self._start_scopes:
+                scope.deadline = deadline
+        try:
+            await cancellation.all_done.wait()
+        except BaseException:
+            self._hard_cancel(
+                f"the task waiting in cancel() of bundle {self._name!r} was cancelled"
+            )
+            raise
+        assert cancellation.report is not None
+        return cancellation.report
+
+    def _hard_cancel(self, reason: str) -> None:
+        if self._hard_cancelled_at is None:
+            self._hard_cancelled_at = trio.current_time()
+        self._inner.cancel_scope.cancel(reason)
+        for scope in self._start_scopes:
+            scope.cancel(reason)
+
+    def _finish_cancel(self, cancellation: _Cancellation) -> None:
+        self._close(f"bundle {self._name!r} is closed: cancel() has finished")
+        hard_cancelled_at = self._hard_cancelled_at
+        if hard_cancelled_at is None and self._inner.cancel_scope.cancel_called:
+            hard_cancelled_at = self._hard_deadline
+        cancellation.report = CancelReport(
+            bundle=self._name,
+            started_at=cancellation.started_at,
+            finished_at=trio.current_time(),
+            hard_deadline=self._hard_deadline,
+            hard_cancelled_at=hard_cancelled_at,
+            children=tuple(cancellation.ended),
+        )
+        cancellation.all_done.set()
+
+    def _close(self, reason: str) -> None:
+        if not self._closed:
+            self._closed = True
+            self._closed_reason = f"{reason}; no new tasks can be started"
+
+    def note_abandoned(self, what: str) -> None:
+        """Record that the calling child leaves ``what`` running as it ends.
+
+        For children that wrap work Trio cannot cancel, such as a thread: when
+        the child is hard-cancelled and has to stop waiting for it, it calls
+        this so that the `CancelReport` names what was left behind
+        (`ChildEnd.abandoned`). Not a checkpoint.
+
+        Raises:
+            RuntimeError: if the calling task is not a child of this bundle.
+        """
+        task = trio.lowlevel.current_task()
+        if task.parent_nursery is not self._inner:
+            raise RuntimeError(
+                f"note_abandoned() must be called by a child of bundle "
+                f"{self._name!r}, not by {task!r}"
+            )
+        self._abandoned.setdefault(task, []).append(what)
+
+    def _child_ended(self, exc: BaseException | None, *, member: bool = True) -> None:
+        self._live -= 1
+        if exc is not None and member and not is_cancellation(exc):
+            # As in a plain nursery, a failing child cancels the body too
+            # (the inner nursery already cancels the siblings).
+            if self._hard_cancelled_at is None:
+                self._hard_cancelled_at = trio.current_time()
+            self._outer.cancel_scope.cancel(
+                f"child task of bundle {self._name!r} raised {exc!r}"
+            )
+        cancellation = self._cancellation
+        if cancellation is None:
+            return
+        abandoned = tuple(self._abandoned.pop(trio.lowlevel.current_task(), ()))
+        if member:
+            now = trio.current_time()
+            if exc is None:
+                hard = self._inner.cancel_scope.cancel_called
+                outcome = ChildOutcome.CANCELLED if hard else ChildOutcome.FINISHED
+                error = None
+            elif is_cancellation(exc):
+                outcome, error = ChildOutcome.CANCELLED, None
+            else:
+                outcome, error = ChildOutcome.RAISED, repr(exc)
+            cancellation.ended.append(
+                ChildEnd(
+                    name=trio.lowlevel.current_task().name,
+                    outcome=outcome,
+                    ended_at=now,
+                    elapsed=now - cancellation.started_at,
+                    error=error,
+                    abandoned=abandoned,
+                )
+            )
+        if self._live == 0 and cancellation.report is None:
+            self._finish_cancel(cancellation)
+
+    async def _run_child(
+        self, async_fn: Callable[..., Awaitable[object]], args: tuple[object, ...]
+    ) -> None:
+        try:
+            await async_fn(*args)
+        except BaseException as exc:
+            self._child_ended(exc)
+            raise
+        if self._cancellation is None and not self._abandoned:
+            self._live -= 1  # the common case, kept cheap
+        else:
+            self._child_ended(None)
+
+    async def _run_starting_child(
+        self,
+        async_fn: Callable[..., Awaitable[object]],
+        args: tuple[object, ...],
+        *,
+        task_status: trio.TaskStatus[Any],
+    ) -> None:
+        scope = trio.CancelScope(deadline=self._hard_deadline)
+        if self._hard_cancelled_at is not None:
+            scope.cancel(f"bundle {self._name!r} was already hard-cancelled")
+        # Once started, the child is under the inner nursery's scope.
+        status = _ChildStatus(
+            task_status, functools.partial(self._start_scopes.discard, scope)
+        )
+        self._start_scopes.add(scope)
+        with scope:
+            try:
+                await async_fn(*args, task_status=status)
+            except BaseException as exc:
+                self._start_scopes.discard(scope)
+                self._child_ended(exc, member=status.was_started)
+                raise
+        self._start_scopes.discard(scope)
+        self._child_ended(None, member=status.was_started)
+        if scope.cancelled_caught and not status.was_started:
+            raise RuntimeError(
+                f"bundle {self._name!r} was hard-cancelled before "
+                f"{trio.lowlevel.current_task().name!r} called task_status.started()"
+            )
+
+
+@final
+class _BundleManager:
+    """The async context manager returned by `open_bundle`."""
+
+    # Written by hand rather than with @asynccontextmanager, as Trio does for
+    # nurseries, to keep tracebacks short and exceptions unwrapped.
+
+    def __init__(self, name: str | None) -> None:
+        self._name = name
+        self._nursery_manager = trio.open_nursery()
+        self._ready = trio.Event()
+        self._body_done = trio.Event()
+        self._inner: trio.Nursery | None = None
+        self._children_error: BaseException | None = None
+        self._bundle: Bundle | None = None
+
+    async def _host(self) -> None:
+        try:
+            async with trio.open_nursery() as inner:
+                self._inner = inner
+                self._ready.set()
+                # Only the end of the body ends the host: a hard cancel of the
+                # children must leave the inner nursery open for late starters.
+                with trio.CancelScope(shield=True):
+                    await self._body_done.wait()
+        except BaseException as exc:
+            self._children_error = exc
+            raise
+
+    @trio.lowlevel.enable_ki_protection
+    async def __aenter__(self) -> Bundle:
+        outer = await self._nursery_manager.__aenter__()
+        task = trio.lowlevel.current_task()
+        name = self._name if self._name is not None else f"bundle in {task.name}"
+        outer.start_soon(self._host, name=f"<host of bundle {name!r}>")
+        # The host only opens a nursery and reports back, so the shield can't
+        # hang; it keeps entering a bundle free of cancel points, like a nursery.
+        with trio.CancelScope(shield=True):
+            await self._ready.wait()
+        assert self._inner is not None
+        self._bundle = Bundle._create(  # pyright: ignore[reportPrivateUsage]
+            name, outer, self._inner, trio.lowlevel.current_trio_token()
+        )
+        return self._bundle
+
+    @trio.lowlevel.enable_ki_protection
+    async def __aexit__(
+        self,
+        etype: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._bundle is not None
+        self._body_done.set()
+        try:
+            return bool(await self._nursery_manager.__aexit__(etype, exc, tb))
+        except BaseException as raised:
+            replacement = self._rewrite(raised, exc)
+            if replacement is exc:
+                return False
+            if replacement is raised:
+                raise
+            old_context = raised.__context__
+            try:
+                raise replacement
+            finally:
+                replacement.__context__ = old_context
+                del replacement, raised
+        finally:
+            self._bundle._close(  # pyright: ignore[reportPrivateUsage]
+                f"bundle {self._bundle.name!r} is closed: its block has exited"
+            )
+
+    def _rewrite(
+        self, raised: BaseException, body_exc: BaseException | None
+    ) -> BaseException:
+        """Give the error leaving the bundle the shape a plain nursery's has.
+
+        The children's exceptions arrive as one group from the host task; they
+        are spliced into the outer group. A group holding nothing but
+        Cancelled becomes a single Cancelled, so that callers cancelled out
+        of a bundle see a plain `trio.Cancelled`.
+        """
+        outer = _as_group(raised)
+        if outer is None:
+            return raised
+        flat = outer
+        inner = _as_group(self._children_error)
+        if inner is not None:
+            # The outer cancel scope may have rebuilt the host's group while
+            # stripping Cancelled, so recognise it by its leaves, which are
+            # never copied.
+            inner_leaves = _leaf_ids(inner)
+            leaves: list[BaseException] = []
+            for e in outer.exceptions:
+                group = _as_group(e)
+                if group is not None and _leaf_ids(group) <= inner_leaves:
+                    leaves.extend(group.exceptions)
+                else:
+                    leaves.append(e)
+            flat = outer.derive(leaves)
+            flat.__traceback__ = outer.__traceback__
+            flat.__cause__ = outer.__cause__
+            flat.__suppress_context__ = outer.__suppress_context__
+            if hasattr(outer, "__notes__"):
+                flat.__notes__ = list(outer.__notes__)
+        if is_cancellation(flat):
+            if isinstance(body_exc, trio.Cancelled):
+                return body_exc
+            return _first_leaf(flat)
+        return flat
+
+
+def _leaf_ids(group: BaseExceptionGroup[BaseException]) -> set[int]:
+    ids: set[int] = set()
+    for e in group.exceptions:
+        sub = _as_group(e)
+        ids.update(_leaf_ids(sub) if sub is not None else [id(e)])
+    return ids
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    group = _as_group(exc)
+    while group is not None:
+        exc = group.exceptions[0]
+        group = _as_group(exc)
+    return exc
+
+
+def open_bundle(*, name: str | None = None) -> _BundleManager:
+    """Open a `Bundle`: a nursery whose children can be cancelled gracefully.
+
+    Use it as ``async with trio_graceful.open_bundle() as bundle:``. The body
+    starts children with `Bundle.start_soon` / `Bundle.start` and, when it is
+    time to stop, calls ``await bundle.cancel(grace)`` (or `Bundle.shutdown`
+    to send `STOP` first). Leaving the block waits for the children, exactly
+    like a nursery.
+
+    Entering the block is a schedule point but not a cancel point (the
+    children's nursery is opened by a helper task); leaving it is a
+    checkpoint, as for a nursery.
+
+    Args:
+        name (str or None): A name for reports, traces and task names;
+            defaults to ``"bundle in <task name>"``.
+
+    Raises:
+        TypeError: if ``name`` is not a string or None.
+    """
+    if not isinstance(cast("object", name), (str, type(None))):
+        raise TypeError(f"name must be a string or None, not {name!r}")
+    return _BundleManager(name)
