@@ -558,6 +558,7 @@ async def test_open_bundle_rejects_bad_name():
 
 async def test_note_abandoned_names_what_was_left_running(autojump_clock):
     async def thread_like():
+        bundle.note("started a thread")
         try:
             await trio.sleep_forever()
         except trio.Cancelled:
@@ -573,9 +574,9 @@ async def test_note_abandoned_names_what_was_left_running(autojump_clock):
         ):
             bundle.note_abandoned("nothing")
         report = await bundle.cancel(grace=1)
-    assert [(c.name, c.abandoned) for c in report.children] == [
-        ("quick", ()),
-        ("t", ("thread 'reader'",)),
+    assert [(c.name, c.abandoned, c.notes) for c in report.children] == [
+        ("quick", (), ()),
+        ("t", ("thread 'reader'",), ("started a thread",)),
     ]
     assert report.abandoned == ("thread 'reader'",)
     assert report.summary() == (

@@ -121,6 +121,12 @@ class _ChildStatus(trio.TaskStatus[Any]):
 
 
 @attrs.define(eq=False)
+class _ChildNotes:
+    abandoned: list[str] = attrs.field(factory=list[str])
+    notes: list[str] = attrs.field(factory=list[str])
+
+
+@attrs.define(eq=False)
 class _Cancellation:
     """The record of a bundle's cancellation, shared by every cancel() caller."""
 
@@ -164,9 +170,9 @@ class Bundle(metaclass=NoPublicConstructor):
         factory=weakref.WeakSet[InboxState[Any]]
     )
     _stopping: bool = False
-    # What children recorded with note_abandoned(), until they end.
-    _abandoned: dict[trio.lowlevel.Task, list[str]] = attrs.field(
-        factory=dict[trio.lowlevel.Task, list[str]]
+    # What children recorded with note() and note_abandoned(), until they end.
+    _notes: dict[trio.lowlevel.Task, _ChildNotes] = attrs.field(
+        factory=dict[trio.lowlevel.Task, "_ChildNotes"]
     )
 
     def __repr__(self) -> str:
@@ -457,6 +463,19 @@ class Bundle(metaclass=NoPublicConstructor):
             self._closed = True
             self._closed_reason = f"{reason}; no new tasks can be started"
 
+    def note(self, text: str) -> None:
+        """Attach ``text`` to the calling child's entry in the next report.
+
+        For children that know something worth reporting about how they
+        ended, such as a process's exit status. Notes are kept until the
+        child ends; they appear in `ChildEnd.notes` if it ends during a
+        cancellation. Not a checkpoint.
+
+        Raises:
+            RuntimeError: if the calling task is not a child of this bundle.
+        """
+        self._notes_of_caller("note").notes.append(text)
+
     def note_abandoned(self, what: str) -> None:
         """Record that the calling child leaves ``what`` running as it ends.
 
@@ -468,13 +487,16 @@ class Bundle(metaclass=NoPublicConstructor):
         Raises:
             RuntimeError: if the calling task is not a child of this bundle.
         """
+        self._notes_of_caller("note_abandoned").abandoned.append(what)
+
+    def _notes_of_caller(self, method: str) -> _ChildNotes:
         task = trio.lowlevel.current_task()
         if task.parent_nursery is not self._inner:
             raise RuntimeError(
-                f"note_abandoned() must be called by a child of bundle "
+                f"{method}() must be called by a child of bundle "
                 f"{self._name!r}, not by {task!r}"
             )
-        self._abandoned.setdefault(task, []).append(what)
+        return self._notes.setdefault(task, _ChildNotes())
 
     def _child_ended(self, exc: BaseException | None, *, member: bool = True) -> None:
         self._live -= 1
@@ -489,7 +511,7 @@ class Bundle(metaclass=NoPublicConstructor):
         cancellation = self._cancellation
         if cancellation is None:
             return
-        abandoned = tuple(self._abandoned.pop(trio.lowlevel.current_task(), ()))
+        notes = self._notes.pop(trio.lowlevel.current_task(), None)
         if member:
             now = trio.current_time()
             if exc is None:
@@ -507,7 +529,8 @@ class Bundle(metaclass=NoPublicConstructor):
                     ended_at=now,
                     elapsed=now - cancellation.started_at,
                     error=error,
-                    abandoned=abandoned,
+                    abandoned=tuple(notes.abandoned) if notes else (),
+                    notes=tuple(notes.notes) if notes else (),
                 )
             )
         if self._live == 0 and cancellation.report is None:
@@ -521,7 +544,7 @@ class Bundle(metaclass=NoPublicConstructor):
         except BaseException as exc:
             self._child_ended(exc)
             raise
-        if self._cancellation is None and not self._abandoned:
+        if self._cancellation is None and not self._notes:
             self._live -= 1  # the common case, kept cheap
         else:
             self._child_ended(None)

@@ -41,7 +41,11 @@ class ChildEnd:
 
     abandoned: tuple[str, ...] = ()
     """Work the child had to leave running when it was hard-cancelled, such
-    as a thread that cannot be killed (names as the child recorded them)."""
+    as a thread that cannot be killed, as recorded with `Bundle.note_abandoned`."""
+
+    notes: tuple[str, ...] = ()
+    """Anything else the child recorded about its end with `Bundle.note`
+    (a process's exit status, say)."""
 
 
 @attrs.frozen
