@@ -573,6 +573,10 @@ async def test_note_abandoned_names_what_was_left_running(autojump_clock):
             match=r"^note_abandoned\(\) must be called by a child of bundle 'b'",
         ):
             bundle.note_abandoned("nothing")
+        with pytest.raises(
+            RuntimeError, match=r"^note\(\) must be called by a child of bundle 'b'"
+        ):
+            bundle.note("nothing")
         report = await bundle.cancel(grace=1)
     assert [(c.name, c.abandoned, c.notes) for c in report.children] == [
         ("quick", (), ()),
