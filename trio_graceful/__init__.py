@@ -21,6 +21,15 @@ from ._report import (
     ChildOutcome as ChildOutcome,
 )
 from ._stop import STOP as STOP, StopType as StopType
+from ._trace import (
+    Trace as Trace,
+    TraceEvent as TraceEvent,
+    TraceHook as TraceHook,
+    TraceKind as TraceKind,
+    add_trace_hook as add_trace_hook,
+    record_trace as record_trace,
+    remove_trace_hook as remove_trace_hook,
+)
 from ._version import __version__ as __version__
 
 

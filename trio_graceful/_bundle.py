@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections.abc
 import functools
 import inspect
+import logging
 import math
 import sys
 import weakref
@@ -30,8 +31,10 @@ from typing import TYPE_CHECKING, Any, cast, final
 import attrs
 import trio
 
+from . import _trace
 from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
 from ._report import BundleStatistics, CancelReport, ChildEnd, ChildOutcome
+from ._trace import TraceKind, emit, logger, task_path
 from ._util import NoPublicConstructor, check_seconds
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -43,6 +46,10 @@ if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
 
     PosArgT = TypeVarTuple("PosArgT")
+
+
+# How often a long cancellation logs that it is still waiting, in seconds.
+PROGRESS_INTERVAL = 2.0
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -134,6 +141,11 @@ class _Cancellation:
     all_done: trio.Event = attrs.field(factory=trio.Event)
     ended: list[ChildEnd] = attrs.field(factory=list[ChildEnd])
     report: CancelReport | None = None
+    # The first caller waits on this scope so that it can wake at the hard
+    # deadline (for the trace) and now and then to log progress; the scope's
+    # deadline follows the bundle's. None when nobody drives.
+    driver: trio.CancelScope | None = None
+    hard_cancel_traced: bool = False
 
 
 @final
@@ -149,6 +161,7 @@ class Bundle(metaclass=NoPublicConstructor):
     """
 
     _name: str
+    _path: str
     _outer: trio.Nursery
     _inner: trio.Nursery
     _token: trio.lowlevel.TrioToken
@@ -190,6 +203,15 @@ class Bundle(metaclass=NoPublicConstructor):
     def name(self) -> str:
         """The bundle's name, used in reports, task names and traces."""
         return self._name
+
+    @property
+    def path(self) -> str:
+        """The bundle's place in the tree of bundles, like ``"root/connections"``.
+
+        It is the path of the nearest bundle around the task that opened this
+        one, a slash, and this bundle's `name`.
+        """
+        return self._path
 
     @property
     def cancel_scope(self) -> trio.CancelScope:
@@ -369,6 +391,7 @@ class Bundle(metaclass=NoPublicConstructor):
         receiver: InboxReceiver[Any]
         state: InboxState[Any]
         sender, receiver, state = open_inbox_with_state(max_buffer_size)
+        state.owner = self._path
         self._inboxes.add(state)
         state.on_receivers_closed = functools.partial(self._inboxes.discard, state)
         if self._stopping:
@@ -418,16 +441,31 @@ class Bundle(metaclass=NoPublicConstructor):
         cancellation = self._cancellation
         if cancellation is None:
             cancellation = self._cancellation = _Cancellation(started_at=now)
-            if self._live == 0:
-                self._finish_cancel(cancellation)
         deadline = now + grace
         if deadline < self._hard_deadline:
             self._hard_deadline = deadline
             self._inner.cancel_scope.deadline = deadline
             for scope in self._start_scopes:
                 scope.deadline = deadline
+            if cancellation.driver is not None:
+                cancellation.driver.deadline = min(
+                    cancellation.driver.deadline, deadline
+                )
+        if _trace.active_hooks:
+            emit(
+                TraceKind.CANCEL_STARTED,
+                self._path,
+                task_path(trio.lowlevel.current_task()),
+                grace=grace,
+                deadline=self._hard_deadline,
+            )
+        if self._live == 0 and cancellation.report is None:
+            self._finish_cancel(cancellation)
         try:
-            await cancellation.all_done.wait()
+            if cancellation.driver is None and cancellation.report is None:
+                await self._drive(cancellation)
+            else:
+                await cancellation.all_done.wait()
         except BaseException:
             self._hard_cancel(
                 f"the task waiting in cancel() of bundle {self._name!r} was cancelled"
@@ -436,12 +474,72 @@ class Bundle(metaclass=NoPublicConstructor):
         assert cancellation.report is not None
         return cancellation.report
 
+    async def _drive(self, cancellation: _Cancellation) -> None:
+        """Wait for the children; meanwhile trace the deadline, log progress.
+
+        Without trace hooks and with progress logging off this is a single
+        wait: the caller is woken by the last child, never by a timer.
+        """
+        level = self._log_level()
+        progress_due = (
+            trio.current_time() + PROGRESS_INTERVAL
+            if logger.isEnabledFor(level)
+            else math.inf
+        )
+        scope = cancellation.driver = trio.CancelScope()
+        try:
+            while not cancellation.all_done.is_set():
+                deadline = progress_due
+                if _trace.active_hooks and not cancellation.hard_cancel_traced:
+                    deadline = min(deadline, self._hard_deadline)
+                scope.deadline = deadline
+                with scope:
+                    await cancellation.all_done.wait()
+                if cancellation.all_done.is_set():
+                    return
+                scope = cancellation.driver = trio.CancelScope()
+                now = trio.current_time()
+                if now >= self._hard_deadline:
+                    self._trace_hard_cancel("the grace period ran out")
+                if now >= progress_due:
+                    progress_due = now + PROGRESS_INTERVAL
+                    left = self._hard_deadline - now
+                    logger.log(
+                        level,
+                        "bundle %r: waiting for %d %s, %s of grace left",
+                        self._path,
+                        self._live,
+                        "child" if self._live == 1 else "children",
+                        f"{left:.1f} s" if left > 0 else "none",
+                    )
+        finally:
+            cancellation.driver = None
+
+    def _log_level(self) -> int:
+        # A shutdown of the whole program is news; the many small bundles
+        # inside it (one per connection, say) are details.
+        return logging.INFO if "/" not in self._path else logging.DEBUG
+
     def _hard_cancel(self, reason: str) -> None:
         if self._hard_cancelled_at is None:
             self._hard_cancelled_at = trio.current_time()
+        self._trace_hard_cancel(reason)
         self._inner.cancel_scope.cancel(reason)
         for scope in self._start_scopes:
             scope.cancel(reason)
+
+    def _trace_hard_cancel(self, reason: str) -> None:
+        cancellation = self._cancellation
+        if cancellation is None or cancellation.hard_cancel_traced:
+            return
+        cancellation.hard_cancel_traced = True
+        if _trace.active_hooks:
+            emit(
+                TraceKind.HARD_CANCEL,
+                self._path,
+                deadline=self._hard_deadline,
+                detail=reason,
+            )
 
     def _finish_cancel(self, cancellation: _Cancellation) -> None:
         self._close(f"bundle {self._name!r} is closed: cancel() has finished")
@@ -456,12 +554,29 @@ class Bundle(metaclass=NoPublicConstructor):
             hard_cancelled_at=hard_cancelled_at,
             children=tuple(cancellation.ended),
         )
+        summary = cancellation.report.summary()
+        logger.log(self._log_level(), "%s", summary)
+        if _trace.active_hooks:
+            emit(TraceKind.CANCEL_FINISHED, self._path, detail=summary)
         cancellation.all_done.set()
 
     def _close(self, reason: str) -> None:
         if not self._closed:
             self._closed = True
             self._closed_reason = f"{reason}; no new tasks can be started"
+
+    def _opened(self) -> None:
+        _trace.register_bundle(self._path, self.parent_task, (self._outer, self._inner))
+        if _trace.active_hooks:
+            emit(TraceKind.BUNDLE_OPENED, self._path)
+
+    def _block_exited(self) -> None:
+        self._close(f"bundle {self._name!r} is closed: its block has exited")
+        _trace.unregister_bundle(
+            self._path, self.parent_task, (self._outer, self._inner)
+        )
+        if _trace.active_hooks:
+            emit(TraceKind.BUNDLE_CLOSED, self._path)
 
     def note(self, text: str) -> None:
         """Attach ``text`` to the calling child's entry in the next report.
@@ -498,37 +613,50 @@ class Bundle(metaclass=NoPublicConstructor):
             )
         return self._notes.setdefault(task, _ChildNotes())
 
+    def _outcome(self, exc: BaseException | None) -> ChildOutcome:
+        if exc is None:
+            hard = self._inner.cancel_scope.cancel_called
+            return ChildOutcome.CANCELLED if hard else ChildOutcome.FINISHED
+        return ChildOutcome.CANCELLED if is_cancellation(exc) else ChildOutcome.RAISED
+
     def _child_ended(self, exc: BaseException | None, *, member: bool = True) -> None:
         self._live -= 1
-        if exc is not None and member and not is_cancellation(exc):
+        outcome = self._outcome(exc)
+        if outcome is ChildOutcome.RAISED and member:
             # As in a plain nursery, a failing child cancels the body too
             # (the inner nursery already cancels the siblings).
             if self._hard_cancelled_at is None:
                 self._hard_cancelled_at = trio.current_time()
+                self._trace_hard_cancel(f"a child raised {exc!r}")
             self._outer.cancel_scope.cancel(
                 f"child task of bundle {self._name!r} raised {exc!r}"
             )
+        task = trio.lowlevel.current_task()
+        if outcome is ChildOutcome.CANCELLED and self._inner.cancel_scope.cancel_called:
+            # The first child to end after the deadline expired tells the
+            # trace, if the waiting caller has not yet.
+            self._trace_hard_cancel("the grace period ran out")
+        if member and _trace.active_hooks:
+            emit(
+                TraceKind.CHILD_ENDED,
+                self._path,
+                task_path(task, self._path),
+                outcome=outcome,
+                detail=repr(exc) if outcome is ChildOutcome.RAISED else None,
+            )
+        notes = self._notes.pop(task, None)
         cancellation = self._cancellation
         if cancellation is None:
             return
-        notes = self._notes.pop(trio.lowlevel.current_task(), None)
         if member:
             now = trio.current_time()
-            if exc is None:
-                hard = self._inner.cancel_scope.cancel_called
-                outcome = ChildOutcome.CANCELLED if hard else ChildOutcome.FINISHED
-                error = None
-            elif is_cancellation(exc):
-                outcome, error = ChildOutcome.CANCELLED, None
-            else:
-                outcome, error = ChildOutcome.RAISED, repr(exc)
             cancellation.ended.append(
                 ChildEnd(
-                    name=trio.lowlevel.current_task().name,
+                    name=task.name,
                     outcome=outcome,
                     ended_at=now,
                     elapsed=now - cancellation.started_at,
-                    error=error,
+                    error=repr(exc) if outcome is ChildOutcome.RAISED else None,
                     abandoned=tuple(notes.abandoned) if notes else (),
                     notes=tuple(notes.notes) if notes else (),
                 )
@@ -536,15 +664,27 @@ class Bundle(metaclass=NoPublicConstructor):
         if self._live == 0 and cancellation.report is None:
             self._finish_cancel(cancellation)
 
+    def _child_ready(self, scope: trio.CancelScope) -> None:
+        # From here on the child is under the inner nursery's scope.
+        self._start_scopes.discard(scope)
+        if _trace.active_hooks:
+            self._trace_child_started()
+
+    def _trace_child_started(self) -> None:
+        task = trio.lowlevel.current_task()
+        emit(TraceKind.CHILD_STARTED, self._path, task_path(task, self._path))
+
     async def _run_child(
         self, async_fn: Callable[..., Awaitable[object]], args: tuple[object, ...]
     ) -> None:
+        if _trace.active_hooks:
+            self._trace_child_started()
         try:
             await async_fn(*args)
         except BaseException as exc:
             self._child_ended(exc)
             raise
-        if self._cancellation is None and not self._notes:
+        if self._cancellation is None and not self._notes and not _trace.active_hooks:
             self._live -= 1  # the common case, kept cheap
         else:
             self._child_ended(None)
@@ -559,10 +699,7 @@ class Bundle(metaclass=NoPublicConstructor):
         scope = trio.CancelScope(deadline=self._hard_deadline)
         if self._hard_cancelled_at is not None:
             scope.cancel(f"bundle {self._name!r} was already hard-cancelled")
-        # Once started, the child is under the inner nursery's scope.
-        status = _ChildStatus(
-            task_status, functools.partial(self._start_scopes.discard, scope)
-        )
+        status = _ChildStatus(task_status, functools.partial(self._child_ready, scope))
         self._start_scopes.add(scope)
         with scope:
             try:
@@ -620,9 +757,15 @@ class _BundleManager:
         with trio.CancelScope(shield=True):
             await self._ready.wait()
         assert self._inner is not None
+        parent = _trace.enclosing_bundle_path(task)
         self._bundle = Bundle._create(  # pyright: ignore[reportPrivateUsage]
-            name, outer, self._inner, trio.lowlevel.current_trio_token()
+            name,
+            f"{parent}/{name}" if parent else name,
+            outer,
+            self._inner,
+            trio.lowlevel.current_trio_token(),
         )
+        self._bundle._opened()  # pyright: ignore[reportPrivateUsage]
         return self._bundle
 
     @trio.lowlevel.enable_ki_protection
@@ -649,9 +792,7 @@ class _BundleManager:
                 replacement.__context__ = old_context
                 del replacement, raised
         finally:
-            self._bundle._close(  # pyright: ignore[reportPrivateUsage]
-                f"bundle {self._bundle.name!r} is closed: its block has exited"
-            )
+            self._bundle._block_exited()  # pyright: ignore[reportPrivateUsage]
 
     def _rewrite(
         self, raised: BaseException, body_exc: BaseException | None

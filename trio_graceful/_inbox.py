@@ -24,7 +24,9 @@ import trio
 from outcome import Error, Value
 from trio.lowlevel import Task
 
+from . import _trace
 from ._stop import STOP, StopType
+from ._trace import TraceKind, emit
 from ._util import NoPublicConstructor, check_buffer_size
 
 if TYPE_CHECKING:
@@ -127,6 +129,8 @@ class InboxState(Generic[T]):
     )
     # Called once when the last receiver closes (a bundle forgets the inbox).
     on_receivers_closed: Callable[[], object] | None = None
+    # The path of the bundle that opened the inbox, for trace events.
+    owner: str | None = None
 
     def statistics(self) -> InboxStatistics:
         return InboxStatistics(
@@ -164,6 +168,8 @@ class InboxState(Generic[T]):
         if self.stop_requested:
             return
         self.stop_requested = True
+        if _trace.active_hooks:
+            self.trace(TraceKind.STOP_SENT, trio.lowlevel.current_task())
         if self.ended or not self.open_receive_channels:
             return
         if self.receive_tasks:
@@ -176,6 +182,8 @@ class InboxState(Generic[T]):
                     receiver.tasks.remove(task)
                     del self.receive_tasks[task]
                     trio.lowlevel.reschedule(task, Value(STOP))
+                    if _trace.active_hooks:
+                        self.trace(TraceKind.STOP_RECEIVED, task)
         elif not self.send_tasks:
             self.append(STOP)
         else:
@@ -187,6 +195,12 @@ class InboxState(Generic[T]):
         if receiver.stop_seen or not self.stop_requested:
             return False
         return self.stop_reached or (bool(self.data) and self.data[0] is STOP)
+
+    def trace(self, kind: TraceKind, task: Task) -> None:
+        bundle = _trace.enclosing_bundle_path(task, bodies=False)
+        if kind is TraceKind.STOP_SENT and self.owner is not None:
+            bundle = self.owner
+        emit(kind, bundle, _trace.task_path(task))
 
     def wake_watchers(self) -> None:
         for scope, receiver in list(self.watchers.items()):
@@ -411,14 +425,13 @@ class InboxReceiver(
             raise trio.ClosedResourceError
         state = self._state
         if state.stop_reached and not me.stop_seen:
-            me.stop_seen = True
-            return STOP
+            return self._take_stop()
         if state.data and state.data[0] is STOP:
             state.data.popleft()
             state.stop_in_data = False
-            state.stop_reached = me.stop_seen = True
+            state.stop_reached = True
             state.wake_watchers()  # STOP is now next for every other receiver
-            return STOP
+            return self._take_stop()
         if state.send_tasks:
             # The buffer is full: let the first waiting sender in, as Trio does.
             waiter, (sender, value) = state.send_tasks.popitem(last=False)
@@ -436,6 +449,12 @@ class InboxReceiver(
             state.ended = True
             raise trio.EndOfChannel
         raise trio.WouldBlock
+
+    def _take_stop(self) -> StopType:
+        self._me.stop_seen = True
+        if _trace.active_hooks:
+            self._state.trace(TraceKind.STOP_RECEIVED, trio.lowlevel.current_task())
+        return STOP
 
     @trio.lowlevel.enable_ki_protection
     async def receive(self) -> T | StopType:

@@ -1,0 +1,292 @@
+"""Trace events, bundle paths and logging."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+import trio
+import trio.testing
+
+from trio_graceful import (
+    STOP,
+    ChildOutcome,
+    TraceEvent,
+    TraceKind,
+    add_trace_hook,
+    open_bundle,
+    open_inbox,
+    record_trace,
+    remove_trace_hook,
+)
+
+from .helpers import StepCounter
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
+
+
+def kinds(trace, *wanted):
+    return [
+        (e.time, e.kind.value, e.task or e.bundle)
+        for e in trace.events
+        if not wanted or e.kind in wanted
+    ]
+
+
+async def test_a_shutdown_recorded_end_to_end(autojump_clock):
+    t0 = trio.current_time()
+
+    async def worker(inbox):
+        assert await inbox.receive() is STOP
+        await trio.sleep(2)  # saying goodbye
+
+    async def stuck():
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(1)  # an unwind that takes a while
+
+    with record_trace() as trace:
+        async with open_bundle(name="root") as root:
+            _, inbox = root.open_inbox()
+            root.start_soon(worker, inbox, name="worker")
+            root.start_soon(stuck, name="stuck")
+            await trio.sleep(1)
+            await root.shutdown(grace=5)
+    events = [(e.time - t0, e.kind, e.bundle, e.task) for e in trace.events]
+    # children start in either order
+    assert sorted(events[1:3], key=str) == [
+        (0, TraceKind.CHILD_STARTED, "root", "root/stuck"),
+        (0, TraceKind.CHILD_STARTED, "root", "root/worker"),
+    ]
+    me = trio.lowlevel.current_task().name
+    assert [events[0], *events[3:]] == [
+        (0, TraceKind.BUNDLE_OPENED, "root", None),
+        (1, TraceKind.STOP_SENT, "root", me),
+        (1, TraceKind.STOP_RECEIVED, "root", "root/worker"),
+        (1, TraceKind.CANCEL_STARTED, "root", me),
+        (3, TraceKind.CHILD_ENDED, "root", "root/worker"),
+        (6, TraceKind.HARD_CANCEL, "root", None),
+        (7, TraceKind.CHILD_ENDED, "root", "root/stuck"),
+        (7, TraceKind.CANCEL_FINISHED, "root", None),
+        (7, TraceKind.BUNDLE_CLOSED, "root", None),
+    ]
+    (started,) = trace.of_kind(TraceKind.CANCEL_STARTED)
+    assert (started.grace, started.deadline) == (5, t0 + 6)
+    (hard,) = trace.of_kind(TraceKind.HARD_CANCEL)
+    assert (hard.deadline, hard.detail) == (t0 + 6, "the grace period ran out")
+    ended = {e.task: e.outcome for e in trace.of_kind(TraceKind.CHILD_ENDED)}
+    assert ended == {
+        "root/worker": ChildOutcome.FINISHED,
+        "root/stuck": ChildOutcome.CANCELLED,
+    }
+    (finished,) = trace.of_kind(TraceKind.CANCEL_FINISHED)
+    assert finished.detail == (
+        "bundle 'root': 1 finished, 1 hard-cancelled, 0 raised, in 6.000 s"
+    )
+    assert sorted(trace.tasks()) == sorted(["root/stuck", "root/worker", me])
+    assert [e.kind for e in trace.of_task("root/worker")] == [
+        TraceKind.CHILD_STARTED,
+        TraceKind.STOP_RECEIVED,
+        TraceKind.CHILD_ENDED,
+    ]
+
+
+async def test_hard_cancel_is_traced_at_a_deadline_moved_earlier(autojump_clock):
+    t0 = trio.current_time()
+    async with trio.open_nursery() as nursery, open_bundle(name="b") as bundle:
+        bundle.start_soon(trio.sleep_forever)
+        with record_trace() as trace:
+            nursery.start_soon(bundle.cancel, 10)
+            await trio.sleep(1)
+            await bundle.cancel(grace=2)
+    (hard,) = trace.of_kind(TraceKind.HARD_CANCEL)
+    assert hard.time - t0 == 3
+    assert hard.deadline == t0 + 3
+    assert [e.deadline for e in trace.of_kind(TraceKind.CANCEL_STARTED)] == [
+        t0 + 10,
+        t0 + 3,
+    ]
+
+
+async def test_explicit_hard_cancels_are_traced_with_their_reason(autojump_clock):
+    async with open_bundle(name="b") as bundle:
+        bundle.start_soon(trio.sleep_forever)
+        with record_trace() as trace, trio.move_on_after(1):
+            await bundle.cancel(grace=100)
+    (hard,) = trace.of_kind(TraceKind.HARD_CANCEL)
+    assert hard.detail == "the task waiting in cancel() of bundle 'b' was cancelled"
+
+
+async def test_raising_child_is_traced(autojump_clock):
+    async def boom():
+        raise ValueError("no")
+
+    with record_trace() as trace, pytest.raises(BaseExceptionGroup):
+        async with open_bundle(name="b") as bundle:
+            bundle.start_soon(boom, name="boom")
+    (ended,) = trace.of_kind(TraceKind.CHILD_ENDED)
+    assert (ended.task, ended.outcome, ended.detail) == (
+        "b/boom",
+        ChildOutcome.RAISED,
+        "ValueError('no')",
+    )
+
+
+async def test_started_children_are_traced_when_ready(autojump_clock):
+    async def server(*, task_status=trio.TASK_STATUS_IGNORED):
+        await trio.sleep(2)
+        task_status.started()
+
+    with record_trace() as trace:
+        async with open_bundle(name="b") as bundle:
+            await bundle.start(server, name="server")
+    assert kinds(trace, TraceKind.CHILD_STARTED, TraceKind.CHILD_ENDED) == [
+        (2, "child started", "b/server"),
+        (2, "child ended", "b/server"),
+    ]
+
+
+async def test_stop_events_of_a_plain_inbox(autojump_clock):
+    tx, rx = open_inbox[int]()
+    clone = rx.clone()
+    me = trio.lowlevel.current_task().name
+    with record_trace() as trace:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rx.receive, name="waiting")
+            await trio.testing.wait_all_tasks_blocked()
+            tx.stop()
+            tx.stop()  # a second stop() sends nothing
+            assert clone.receive_nowait() is STOP
+    assert sorted(kinds(trace)) == [
+        (0, "STOP received", me),
+        (0, "STOP received", "waiting"),
+        (0, "STOP sent", me),
+    ]
+
+
+# -- paths in the tree of bundles ---------------------------------------------
+
+
+async def test_bundle_paths(autojump_clock):
+    paths: dict[str, str] = {}
+
+    async def child_with_bundle():
+        async with open_bundle(name="inner") as inner:
+            paths["in a child"] = inner.path
+            async with trio.open_nursery() as plain:
+                plain.start_soon(grandchild)
+
+    async def grandchild():
+        async with open_bundle(name="deep") as deep:
+            paths["below a plain nursery"] = deep.path
+
+    async with open_bundle(name="root") as root:
+        paths["root"] = root.path
+        root.start_soon(child_with_bundle, name="worker")
+        async with open_bundle(name="side") as side:
+            paths["in the body"] = side.path
+    async with open_bundle(name="again") as again:
+        paths["after"] = again.path
+    assert paths == {
+        "root": "root",
+        "in a child": "root/inner",
+        "below a plain nursery": "root/inner/deep",
+        "in the body": "root/side",
+        "after": "again",
+    }
+
+
+# -- hooks -----------------------------------------------------------------------
+
+
+async def test_hooks_are_called_and_removed(autojump_clock):
+    seen: list[TraceEvent] = []
+    add_trace_hook(seen.append)
+    async with open_bundle(name="b"):
+        pass
+    remove_trace_hook(seen.append)
+    async with open_bundle(name="quiet"):
+        pass
+    assert [e.kind for e in seen] == [TraceKind.BUNDLE_OPENED, TraceKind.BUNDLE_CLOSED]
+    with pytest.raises(KeyError, match="is not installed in this run"):
+        remove_trace_hook(seen.append)
+
+
+async def test_a_failing_hook_is_removed_and_logged(autojump_clock, caplog):
+    calls: list[TraceKind] = []
+
+    def bad_hook(event):
+        calls.append(event.kind)
+        raise ZeroDivisionError
+
+    add_trace_hook(bad_hook)
+    async with open_bundle(name="b"):
+        pass
+    assert calls == [TraceKind.BUNDLE_OPENED]
+    (record,) = [r for r in caplog.records if r.name == "trio_graceful"]
+    assert record.levelno == logging.ERROR
+    assert record.getMessage().startswith("trace hook <function")
+    assert record.exc_info is not None
+    with pytest.raises(KeyError):
+        remove_trace_hook(bad_hook)
+
+
+def test_hooks_need_a_trio_run():
+    with pytest.raises(RuntimeError):
+        add_trace_hook(print)
+
+
+async def test_tracing_off_costs_no_wakeups():
+    counter = StepCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        async with open_bundle() as bundle:
+            bundle.start_soon(trio.sleep, 0.05)
+            me = trio.lowlevel.current_task()
+            before = counter.steps.get(me, 0)
+            await bundle.cancel(grace=100)
+            assert counter.steps[me] - before == 1
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+
+
+# -- logging -----------------------------------------------------------------------
+
+
+async def test_long_drain_logs_progress_and_a_summary(autojump_clock, caplog):
+    caplog.set_level(logging.INFO, logger="trio_graceful")
+    async with open_bundle(name="root") as root:
+        root.start_soon(trio.sleep_forever, name="stuck")
+        root.start_soon(trio.sleep, 4.5, name="slow")
+        async with open_bundle(name="nested") as nested:
+            nested.start_soon(trio.sleep, 1)
+            await nested.cancel(grace=10)  # nested: DEBUG, not shown
+        await root.cancel(grace=7)
+    lines = [r.getMessage() for r in caplog.records if r.name == "trio_graceful"]
+    assert lines == [
+        "bundle 'root': waiting for 2 children, 5.0 s of grace left",
+        "bundle 'root': waiting for 1 child, 3.0 s of grace left",
+        "bundle 'root': waiting for 1 child, 1.0 s of grace left",
+        "bundle 'root': 1 finished, 1 hard-cancelled, 0 raised, in 7.000 s",
+    ]
+    assert all(r.levelno == logging.INFO for r in caplog.records)
+
+
+async def test_nested_bundles_log_at_debug(autojump_clock, caplog):
+    caplog.set_level(logging.DEBUG, logger="trio_graceful")
+    async with open_bundle(name="root") as root:
+
+        async def child():
+            async with open_bundle(name="nested") as nested:
+                await nested.cancel(grace=1)
+
+        root.start_soon(child)
+    (record,) = caplog.records
+    assert record.levelno == logging.DEBUG
+    assert record.getMessage() == (
+        "bundle 'nested': 0 finished, 0 hard-cancelled, 0 raised, in 0.000 s"
+    )
