@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import trio_graceful
+
+# The documentation draws some figures with the example programs.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 project = "trio_graceful"
 author = "The trio_graceful authors"
@@ -13,7 +19,13 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinxcontrib_trio",
+    "matplotlib.sphinxext.plot_directive",
 ]
+
+plot_include_source = False
+plot_html_show_source_link = False
+plot_html_show_formats = False
+plot_formats = [("png", 100)]
 
 default_role = "obj"
 nitpicky = True

@@ -178,7 +178,7 @@ async def test_bundle_paths(autojump_clock):
         async with open_bundle(name="inner") as inner:
             paths["in a child"] = inner.path
             async with trio.open_nursery() as plain:
-                plain.start_soon(grandchild)
+                plain.start_soon(grandchild, name="grandchild")
 
     async def grandchild():
         async with open_bundle(name="deep") as deep:
@@ -193,8 +193,8 @@ async def test_bundle_paths(autojump_clock):
         paths["after"] = again.path
     assert paths == {
         "root": "root",
-        "in a child": "root/inner",
-        "below a plain nursery": "root/inner/deep",
+        "in a child": "root/worker/inner",
+        "below a plain nursery": "root/worker/inner/grandchild/deep",
         "in the body": "root/side",
         "after": "again",
     }

@@ -14,6 +14,7 @@ from ._inbox import (
     InboxStatistics as InboxStatistics,
     open_inbox as open_inbox,
 )
+from ._plot import plot_timeline as plot_timeline
 from ._report import (
     BundleStatistics as BundleStatistics,
     CancelReport as CancelReport,

@@ -31,10 +31,18 @@ from typing import TYPE_CHECKING, Any, cast, final
 import attrs
 import trio
 
-from . import _trace
 from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
 from ._report import BundleStatistics, CancelReport, ChildEnd, ChildOutcome
-from ._trace import TraceKind, emit, logger, task_path
+from ._trace import (
+    TraceKind,
+    bundle_path,
+    emit,
+    logger,
+    register_bundle,
+    task_path,
+    tracing,
+    unregister_bundle,
+)
 from ._util import NoPublicConstructor, check_seconds
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -206,10 +214,12 @@ class Bundle(metaclass=NoPublicConstructor):
 
     @property
     def path(self) -> str:
-        """The bundle's place in the tree of bundles, like ``"root/connections"``.
+        """The bundle's place in the tree of bundles and tasks.
 
-        It is the path of the nearest bundle around the task that opened this
-        one, a slash, and this bundle's `name`.
+        A bundle opened in the body of bundle ``root`` is ``root/name``; one
+        opened by ``root``'s child task ``conn-1`` is ``root/conn-1/name``; one
+        opened outside any bundle is just its `name`. Trace events name tasks
+        the same way: ``root/conn-1/name/request-7``.
         """
         return self._path
 
@@ -451,7 +461,7 @@ class Bundle(metaclass=NoPublicConstructor):
                 cancellation.driver.deadline = min(
                     cancellation.driver.deadline, deadline
                 )
-        if _trace.active_hooks:
+        if tracing.active:
             emit(
                 TraceKind.CANCEL_STARTED,
                 self._path,
@@ -490,7 +500,7 @@ class Bundle(metaclass=NoPublicConstructor):
         try:
             while not cancellation.all_done.is_set():
                 deadline = progress_due
-                if _trace.active_hooks and not cancellation.hard_cancel_traced:
+                if tracing.active and not cancellation.hard_cancel_traced:
                     deadline = min(deadline, self._hard_deadline)
                 scope.deadline = deadline
                 with scope:
@@ -533,7 +543,7 @@ class Bundle(metaclass=NoPublicConstructor):
         if cancellation is None or cancellation.hard_cancel_traced:
             return
         cancellation.hard_cancel_traced = True
-        if _trace.active_hooks:
+        if tracing.active:
             emit(
                 TraceKind.HARD_CANCEL,
                 self._path,
@@ -556,7 +566,7 @@ class Bundle(metaclass=NoPublicConstructor):
         )
         summary = cancellation.report.summary()
         logger.log(self._log_level(), "%s", summary)
-        if _trace.active_hooks:
+        if tracing.active:
             emit(TraceKind.CANCEL_FINISHED, self._path, detail=summary)
         cancellation.all_done.set()
 
@@ -566,16 +576,14 @@ class Bundle(metaclass=NoPublicConstructor):
             self._closed_reason = f"{reason}; no new tasks can be started"
 
     def _opened(self) -> None:
-        _trace.register_bundle(self._path, self.parent_task, (self._outer, self._inner))
-        if _trace.active_hooks:
+        register_bundle(self._path, self.parent_task, (self._outer, self._inner))
+        if tracing.active:
             emit(TraceKind.BUNDLE_OPENED, self._path)
 
     def _block_exited(self) -> None:
         self._close(f"bundle {self._name!r} is closed: its block has exited")
-        _trace.unregister_bundle(
-            self._path, self.parent_task, (self._outer, self._inner)
-        )
-        if _trace.active_hooks:
+        unregister_bundle(self._path, self.parent_task, (self._outer, self._inner))
+        if tracing.active:
             emit(TraceKind.BUNDLE_CLOSED, self._path)
 
     def note(self, text: str) -> None:
@@ -636,7 +644,7 @@ class Bundle(metaclass=NoPublicConstructor):
             # The first child to end after the deadline expired tells the
             # trace, if the waiting caller has not yet.
             self._trace_hard_cancel("the grace period ran out")
-        if member and _trace.active_hooks:
+        if member and tracing.active:
             emit(
                 TraceKind.CHILD_ENDED,
                 self._path,
@@ -667,7 +675,7 @@ class Bundle(metaclass=NoPublicConstructor):
     def _child_ready(self, scope: trio.CancelScope) -> None:
         # From here on the child is under the inner nursery's scope.
         self._start_scopes.discard(scope)
-        if _trace.active_hooks:
+        if tracing.active:
             self._trace_child_started()
 
     def _trace_child_started(self) -> None:
@@ -677,14 +685,14 @@ class Bundle(metaclass=NoPublicConstructor):
     async def _run_child(
         self, async_fn: Callable[..., Awaitable[object]], args: tuple[object, ...]
     ) -> None:
-        if _trace.active_hooks:
+        if tracing.active:
             self._trace_child_started()
         try:
             await async_fn(*args)
         except BaseException as exc:
             self._child_ended(exc)
             raise
-        if self._cancellation is None and not self._notes and not _trace.active_hooks:
+        if self._cancellation is None and not self._notes and not tracing.active:
             self._live -= 1  # the common case, kept cheap
         else:
             self._child_ended(None)
@@ -757,10 +765,9 @@ class _BundleManager:
         with trio.CancelScope(shield=True):
             await self._ready.wait()
         assert self._inner is not None
-        parent = _trace.enclosing_bundle_path(task)
         self._bundle = Bundle._create(  # pyright: ignore[reportPrivateUsage]
             name,
-            f"{parent}/{name}" if parent else name,
+            bundle_path(task, name),
             outer,
             self._inner,
             trio.lowlevel.current_trio_token(),

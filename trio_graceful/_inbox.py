@@ -24,9 +24,8 @@ import trio
 from outcome import Error, Value
 from trio.lowlevel import Task
 
-from . import _trace
 from ._stop import STOP, StopType
-from ._trace import TraceKind, emit
+from ._trace import TraceKind, emit, enclosing_bundle_path, task_path, tracing
 from ._util import NoPublicConstructor, check_buffer_size
 
 if TYPE_CHECKING:
@@ -168,7 +167,7 @@ class InboxState(Generic[T]):
         if self.stop_requested:
             return
         self.stop_requested = True
-        if _trace.active_hooks:
+        if tracing.active:
             self.trace(TraceKind.STOP_SENT, trio.lowlevel.current_task())
         if self.ended or not self.open_receive_channels:
             return
@@ -182,7 +181,7 @@ class InboxState(Generic[T]):
                     receiver.tasks.remove(task)
                     del self.receive_tasks[task]
                     trio.lowlevel.reschedule(task, Value(STOP))
-                    if _trace.active_hooks:
+                    if tracing.active:
                         self.trace(TraceKind.STOP_RECEIVED, task)
         elif not self.send_tasks:
             self.append(STOP)
@@ -197,10 +196,10 @@ class InboxState(Generic[T]):
         return self.stop_reached or (bool(self.data) and self.data[0] is STOP)
 
     def trace(self, kind: TraceKind, task: Task) -> None:
-        bundle = _trace.enclosing_bundle_path(task, bodies=False)
+        bundle = enclosing_bundle_path(task, bodies=False)
         if kind is TraceKind.STOP_SENT and self.owner is not None:
             bundle = self.owner
-        emit(kind, bundle, _trace.task_path(task))
+        emit(kind, bundle, task_path(task))
 
     def wake_watchers(self) -> None:
         for scope, receiver in list(self.watchers.items()):
@@ -452,7 +451,7 @@ class InboxReceiver(
 
     def _take_stop(self) -> StopType:
         self._me.stop_seen = True
-        if _trace.active_hooks:
+        if tracing.active:
             self._state.trace(TraceKind.STOP_RECEIVED, trio.lowlevel.current_task())
         return STOP
 

@@ -22,6 +22,8 @@ import attrs
 import trio
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from ._report import ChildOutcome
 
 logger = logging.getLogger("trio_graceful")
@@ -81,9 +83,15 @@ _hooks: trio.lowlevel.RunVar[list[TraceHook]] = trio.lowlevel.RunVar(
     "trio_graceful hooks"
 )
 
+
+@attrs.define
+class _HookCount:
+    active: int = 0
+
+
 # Hooks installed in all runs together; zero means "emit nothing", which the
-# hot paths check without touching the RunVar.
-active_hooks: int = 0
+# hot paths check (``if tracing.active:``) without touching the RunVar.
+tracing = _HookCount()
 
 
 def _run_hooks() -> list[TraceHook]:
@@ -105,9 +113,8 @@ def add_trace_hook(hook: TraceHook) -> None:
     Raises:
         RuntimeError: if called outside a Trio run.
     """
-    global active_hooks
     _run_hooks().append(hook)
-    active_hooks += 1
+    tracing.active += 1
 
 
 def remove_trace_hook(hook: TraceHook) -> None:
@@ -117,12 +124,11 @@ def remove_trace_hook(hook: TraceHook) -> None:
         KeyError: if ``hook`` is not installed in the current run.
         RuntimeError: if called outside a Trio run.
     """
-    global active_hooks
     hooks = _run_hooks()
     if hook not in hooks:
         raise KeyError(f"trace hook {hook!r} is not installed in this run")
     hooks.remove(hook)
-    active_hooks -= 1
+    tracing.active -= 1
 
 
 def emit(
@@ -137,8 +143,8 @@ def emit(
 ) -> None:
     """Deliver an event to the hooks of the current run.
 
-    Callers check `active_hooks` first, so that nothing is built when nobody
-    listens anywhere.
+    Callers check ``tracing.active`` first, so that nothing is built when
+    nobody listens anywhere.
     """
     hooks = _run_hooks()
     if not hooks:
@@ -183,6 +189,12 @@ class Trace:
     def of_task(self, task: str) -> list[TraceEvent]:
         """Return the events about one task path."""
         return [e for e in self.events if e.task == task]
+
+    def plot(self, *, ax: Axes | None = None, title: str | None = None) -> Axes:
+        """Draw the trace as a timeline; see `plot_timeline`."""
+        from ._plot import plot_timeline
+
+        return plot_timeline(self, ax=ax, title=title)
 
 
 @contextmanager
@@ -248,6 +260,18 @@ def task_path(task: trio.lowlevel.Task, bundle_path: str | None = None) -> str:
     if bundle_path is None:
         bundle_path = enclosing_bundle_path(task, bodies=False)
     return f"{bundle_path}/{task.name}" if bundle_path else task.name
+
+
+def bundle_path(opener: trio.lowlevel.Task, name: str) -> str:
+    """Return the path of a bundle called ``name`` that ``opener`` opens."""
+    opened = _body_paths.get(opener)
+    if opened:
+        # nested directly in the body of another bundle
+        return f"{opened[-1]}/{name}"
+    if enclosing_bundle_path(opener, bodies=False):
+        # opened by a task that runs inside a bundle
+        return f"{task_path(opener)}/{name}"
+    return name
 
 
 def register_bundle(

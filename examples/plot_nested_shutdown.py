@@ -1,0 +1,56 @@
+"""Draw a nested shutdown: the outer deadline wins.
+
+A server with three connections is shut down with a 10 s grace. Each
+connection, on STOP, shuts its requests down with a 20 s grace of its own.
+The recorded trace, drawn as a timeline, shows the quick requests finishing,
+the slow ones hard-cancelled when the *server's* deadline strikes, and the
+connections' own 20 s deadlines still ahead, never reached.
+
+Run it (on a virtual clock: instant) to get ``nested_shutdown.png``::
+
+    python examples/plot_nested_shutdown.py
+
+Needs the ``plot`` extra (matplotlib). Try: give the connections a 5 s grace
+and watch their hard cancels come first.
+"""
+
+import trio
+import trio.testing
+
+import trio_graceful
+
+
+async def request(work):
+    await trio.sleep(work)
+
+
+async def connection(inbox, request_grace):
+    async with trio_graceful.open_bundle(name="requests") as requests:
+        for i, work in enumerate((2, 30, 4)):
+            requests.start_soon(request, work, name=f"request-{i}")
+        await inbox.receive()  # STOP
+        await requests.shutdown(grace=request_grace)
+
+
+async def main(request_grace=20):
+    with trio_graceful.record_trace() as trace:
+        async with trio_graceful.open_bundle(name="server") as server:
+            for i in range(3):
+                _, inbox = server.open_inbox()
+                server.start_soon(connection, inbox, request_grace, name=f"conn-{i}")
+            server.start_soon(trio.sleep, 3, name="flush")
+            await trio.sleep(5)
+            await server.shutdown(grace=10)
+    return trace
+
+
+def draw(request_grace=20):
+    trace = trio.run(
+        main, request_grace, clock=trio.testing.MockClock(autojump_threshold=0)
+    )
+    return trace.plot(title="server grace 10 s, request grace 20 s")
+
+
+if __name__ == "__main__":
+    draw().figure.savefig("nested_shutdown.png", dpi=100, bbox_inches="tight")
+    print("wrote nested_shutdown.png")
