@@ -20,7 +20,12 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinxcontrib_trio",
     "matplotlib.sphinxext.plot_directive",
+    "myst_nb",
 ]
+
+# The notebooks are committed with their outputs (the test suite checks that
+# a fresh run prints the same), so the docs show them as they are.
+nb_execution_mode = "off"
 
 plot_include_source = False
 plot_html_show_source_link = False
@@ -38,6 +43,6 @@ autodoc_typehints = "none"  # the docstrings say it in words, Trio-style
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 html_theme = "alabaster"
 html_static_path: list[str] = []
