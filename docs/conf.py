@@ -7,8 +7,15 @@ from pathlib import Path
 
 import trio_graceful
 
+# The package presents its names as trio_graceful.X; autodoc needs the real
+# modules to read the docstrings of attributes (attrs fields, enum members).
+for _name, _module in trio_graceful._defined_in.items():
+    getattr(trio_graceful, _name).__module__ = _module
+
 # The documentation draws some figures with the example programs.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+# Local extensions (the lifecycle's state diagram).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 project = "trio_graceful"
 author = "The trio_graceful authors"
@@ -21,6 +28,7 @@ extensions = [
     "sphinxcontrib_trio",
     "matplotlib.sphinxext.plot_directive",
     "myst_nb",
+    "lifecycle_diagram",
 ]
 
 # The notebooks are committed with their outputs (the test suite checks that

@@ -556,3 +556,97 @@ async def test_serve_websocket_with_bundle_as_handler_nursery():
             server_nursery.cancel_scope.cancel()
         report = await bundle.cancel(grace=10)
         assert report.hard_cancelled_at is None
+
+
+# -- on_stop and membership ---------------------------------------------------
+
+
+async def test_on_stop_calls_back_when_shutdown_begins(autojump_clock):
+    t0 = trio.current_time()
+    calls: list[tuple[str, float]] = []
+
+    async def foreign_work(name):
+        with bundle.on_stop(lambda: calls.append((name, trio.current_time() - t0))):
+            await trio.sleep(10)
+
+    async def done_early():
+        with bundle.on_stop(lambda: calls.append(("early", 0))):
+            await trio.sleep(1)
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(foreign_work, "a")
+        bundle.start_soon(foreign_work, "b")
+        bundle.start_soon(done_early)
+        await trio.sleep(3)
+        assert calls == []
+        await bundle.shutdown(grace=20)
+    assert sorted(calls) == [("a", 3), ("b", 3)]
+    assert trio.current_time() - t0 == 10
+
+
+async def test_on_stop_after_shutdown_began_calls_at_once(autojump_clock):
+    calls: list[str] = []
+
+    async def late():
+        await trio.sleep(1)
+        with bundle.on_stop(lambda: calls.append("late")):
+            assert calls == ["late"]
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(late)
+        await bundle.shutdown(grace=5)
+    assert calls == ["late"]
+
+
+async def test_plain_cancel_does_not_call_on_stop(autojump_clock):
+    calls: list[str] = []
+
+    async def child():
+        with bundle.on_stop(lambda: calls.append("stop")):
+            await trio.sleep_forever()
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+        await bundle.cancel(grace=1)
+    assert calls == []
+
+
+async def test_failing_on_stop_callback_is_logged(autojump_clock, caplog):
+    def bad():
+        raise OSError("gone")
+
+    async def child():
+        with bundle.on_stop(bad):
+            await trio.sleep(1)
+
+    async with open_bundle(name="b") as bundle:
+        bundle.start_soon(child)
+        await trio.testing.wait_all_tasks_blocked()
+        report = await bundle.shutdown(grace=5)
+    assert report.graceful
+    (record,) = [r for r in caplog.records if r.name == "trio_graceful"]
+    assert record.getMessage().startswith("on_stop callback <function")
+    assert record.getMessage().endswith("of bundle 'b' raised")
+
+
+async def test_task_in_bundle(autojump_clock):
+    seen: dict[str, bool] = {}
+
+    async def grandchild():
+        seen["grandchild"] = trio.lowlevel.current_task() in bundle
+
+    async def child():
+        seen["child"] = trio.lowlevel.current_task() in bundle
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(grandchild)
+
+    async def starting(*, task_status=trio.TASK_STATUS_IGNORED):
+        seen["starting"] = trio.lowlevel.current_task() in bundle
+        task_status.started()
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+        await bundle.start(starting)
+        seen["body"] = trio.lowlevel.current_task() in bundle
+    assert seen == {"child": True, "grandchild": False, "starting": True, "body": False}
+    assert "not a task" not in bundle

@@ -290,3 +290,18 @@ async def test_nested_bundles_log_at_debug(autojump_clock, caplog):
     assert record.getMessage() == (
         "bundle 'nested': 0 finished, 0 hard-cancelled, 0 raised, in 0.000 s"
     )
+
+
+async def test_on_stop_callbacks_are_traced_as_stop_received(autojump_clock):
+    async def child():
+        with bundle.on_stop(lambda: None):
+            await trio.sleep(1)
+
+    with record_trace() as trace:
+        async with open_bundle(name="b") as bundle:
+            bundle.start_soon(child, name="thread-like")
+            await trio.testing.wait_all_tasks_blocked()
+            await bundle.shutdown(grace=5)
+    assert [(e.bundle, e.task) for e in trace.of_kind(TraceKind.STOP_RECEIVED)] == [
+        ("b", "b/thread-like")
+    ]

@@ -7,21 +7,47 @@ A `Bundle` ties the two together: ``await bundle.cancel(grace)`` waits up to
 ``grace`` seconds for the children, then hard-cancels what is left.
 """
 
+from ._admission import (
+    AdmissionGate as AdmissionGate,
+    AdmissionGateStatistics as AdmissionGateStatistics,
+    BusyError as BusyError,
+)
+from ._aio import AsyncioInbox as AsyncioInbox, run_asyncio as run_asyncio
 from ._bundle import Bundle as Bundle, open_bundle as open_bundle
+from ._exitcodes import ExitCodes as ExitCodes
 from ._inbox import (
     InboxReceiver as InboxReceiver,
     InboxSender as InboxSender,
     InboxStatistics as InboxStatistics,
     open_inbox as open_inbox,
 )
+from ._lifecycle import (
+    IllegalTransitionError as IllegalTransitionError,
+    Lifecycle as Lifecycle,
+    LifecycleState as LifecycleState,
+    StateUnreachableError as StateUnreachableError,
+)
 from ._plot import plot_timeline as plot_timeline
+from ._process import run_process as run_process
 from ._report import (
     BundleStatistics as BundleStatistics,
     CancelReport as CancelReport,
     ChildEnd as ChildEnd,
     ChildOutcome as ChildOutcome,
 )
+from ._runner import (
+    Runner as Runner,
+    current_runner as current_runner,
+    run as run,
+)
+from ._stdin import StdinLines as StdinLines, open_stdin_lines as open_stdin_lines
 from ._stop import STOP as STOP, StopType as StopType
+from ._threads import (
+    StopFlag as StopFlag,
+    ThreadBudget as ThreadBudget,
+    ThreadBudgetStatistics as ThreadBudgetStatistics,
+    run_in_thread as run_in_thread,
+)
 from ._trace import (
     Trace as Trace,
     TraceEvent as TraceEvent,
@@ -33,11 +59,17 @@ from ._trace import (
 )
 from ._version import __version__ as __version__
 
+# Where each public name is really defined; the documentation build needs it
+# to find the docstrings of attributes in the source.
+_defined_in: dict[str, str] = {}
+
 
 def _fix_module_names() -> None:
     # Tracebacks, reprs and docs say trio_graceful.X, not trio_graceful._mod.X.
-    for value in list(globals().values()):
-        if getattr(value, "__module__", "").startswith(f"{__name__}._"):
+    for name, value in list(globals().items()):
+        module = getattr(value, "__module__", "")
+        if module.startswith(f"{__name__}._"):
+            _defined_in[name] = module
             value.__module__ = __name__
 
 

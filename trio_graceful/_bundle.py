@@ -18,13 +18,14 @@ plain nursery's would.
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import functools
 import inspect
 import logging
 import math
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast, final
 
@@ -37,6 +38,7 @@ from ._trace import (
     TraceKind,
     bundle_path,
     emit,
+    enclosing_bundle_path,
     logger,
     register_bundle,
     task_path,
@@ -73,6 +75,19 @@ def _as_group(exc: object) -> BaseExceptionGroup[BaseException] | None:
     if isinstance(exc, BaseExceptionGroup):
         return cast("BaseExceptionGroup[BaseException]", exc)
     return None
+
+
+def check_child_of(bundle: Bundle, caller: str) -> None:
+    """Raise `RuntimeError` unless the current task is a child of ``bundle``.
+
+    ``caller`` names the public function for the message.
+    """
+    task = trio.lowlevel.current_task()
+    if task not in bundle:
+        raise RuntimeError(
+            f"{caller}() must be called by a child of bundle {bundle.name!r} "
+            f"(a task started with its start_soon() or start()), not by {task!r}"
+        )
 
 
 def _given(coro: Awaitable[object]) -> Awaitable[object]:
@@ -164,8 +179,11 @@ class Bundle(metaclass=NoPublicConstructor):
     A bundle can stand in for a `trio.Nursery`: it has `start_soon`, `start`,
     `cancel_scope`, `child_tasks` and `parent_task`, so it can be passed as
     ``handler_nursery`` to `trio.serve_tcp`, `trio.serve_listeners` or
-    trio-websocket's ``serve_websocket``. Its own operations are `cancel`,
-    `shutdown`, `open_inbox` and `statistics`.
+    trio-websocket's ``serve_websocket``. (Those functions annotate the
+    argument as `trio.Nursery`, a class nothing else can be; for a type
+    checker, write ``handler_nursery=typing.cast(trio.Nursery, bundle)``.)
+    Its own operations are `cancel`, `shutdown`, `open_inbox`, `on_stop` and
+    `statistics`.
     """
 
     _name: str
@@ -191,6 +209,12 @@ class Bundle(metaclass=NoPublicConstructor):
         factory=weakref.WeakSet[InboxState[Any]]
     )
     _stopping: bool = False
+    # Callbacks registered with on_stop(), {key: (registering task, callback)}.
+    _stop_callbacks: dict[object, tuple[trio.lowlevel.Task, Callable[[], object]]] = (
+        attrs.field(
+            factory=dict[object, tuple[trio.lowlevel.Task, Callable[[], object]]]
+        )
+    )
     # What children recorded with note() and note_abandoned(), until they end.
     _notes: dict[trio.lowlevel.Task, _ChildNotes] = attrs.field(
         factory=dict[trio.lowlevel.Task, "_ChildNotes"]
@@ -374,10 +398,67 @@ class Bundle(metaclass=NoPublicConstructor):
         """
         grace = check_seconds("grace", grace)
         self._check_caller("shutdown")
-        self._stopping = True
-        for state in list(self._inboxes):
-            state.stop()
+        if not self._stopping:
+            self._stopping = True
+            for state in list(self._inboxes):
+                state.stop()
+            for task, callback in list(self._stop_callbacks.values()):
+                self._call_on_stop(task, callback)
         return await self._cancel(grace)
+
+    @contextlib.contextmanager
+    def on_stop(self, callback: Callable[[], object]) -> Generator[None, None, None]:
+        """Call ``callback()`` if `shutdown` begins while the block runs.
+
+        For work that cannot read an inbox, such as a thread or a
+        subprocess: the callback passes STOP on in its own terms (sets a flag,
+        sends a signal). If the shutdown has begun already, the callback is
+        called at once. It is called synchronously, from the task that calls
+        `shutdown`, and must not block; if it raises, the error is logged to
+        the ``trio_graceful`` logger and the shutdown goes on. Not a
+        checkpoint.
+
+        Use it as ``with bundle.on_stop(flag.set): ...``. Each call of the
+        callback is traced as STOP received by the task that registered it.
+        """
+        task = trio.lowlevel.current_task()
+        if self._stopping:
+            self._call_on_stop(task, callback)
+            yield
+            return
+        key = object()
+        self._stop_callbacks[key] = (task, callback)
+        try:
+            yield
+        finally:
+            self._stop_callbacks.pop(key, None)
+
+    def _call_on_stop(
+        self, task: trio.lowlevel.Task, callback: Callable[[], object]
+    ) -> None:
+        if tracing.active:
+            emit(
+                TraceKind.STOP_RECEIVED,
+                enclosing_bundle_path(task, bodies=False),
+                task_path(task),
+            )
+        try:
+            callback()
+        except Exception:
+            logger.exception(
+                "on_stop callback %r of bundle %r raised", callback, self._path
+            )
+
+    def __contains__(self, task: object) -> bool:
+        """``task in bundle``: is ``task`` a child of this bundle?
+
+        Children still starting under `start` count too. Like ``task in
+        bundle.child_tasks`` without copying the set. Not a checkpoint.
+        """
+        return isinstance(task, trio.lowlevel.Task) and (
+            task.parent_nursery is self._inner
+            or task.eventual_parent_nursery is self._inner
+        )
 
     def open_inbox(
         self, max_buffer_size: int | float = 0
@@ -403,7 +484,7 @@ class Bundle(metaclass=NoPublicConstructor):
         sender, receiver, state = open_inbox_with_state(max_buffer_size)
         state.owner = self._path
         self._inboxes.add(state)
-        state.on_receivers_closed = functools.partial(self._inboxes.discard, state)
+        state.on_receivers_closed = self._inboxes.discard
         if self._stopping:
             state.stop()
         return sender, receiver
@@ -614,7 +695,7 @@ class Bundle(metaclass=NoPublicConstructor):
 
     def _notes_of_caller(self, method: str) -> _ChildNotes:
         task = trio.lowlevel.current_task()
-        if task.parent_nursery is not self._inner:
+        if task not in self:
             raise RuntimeError(
                 f"{method}() must be called by a child of bundle "
                 f"{self._name!r}, not by {task!r}"
@@ -800,6 +881,9 @@ class _BundleManager:
                 del replacement, raised
         finally:
             self._bundle._block_exited()  # pyright: ignore[reportPrivateUsage]
+            # The host's exception holds the host's frame, which holds self:
+            # drop it, or every bundle that raised would become a cycle.
+            self._children_error = None
 
     def _rewrite(
         self, raised: BaseException, body_exc: BaseException | None

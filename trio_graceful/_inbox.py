@@ -126,8 +126,9 @@ class InboxState(Generic[T]):
     watchers: dict[trio.CancelScope, _Endpoint] = attrs.field(
         factory=dict[trio.CancelScope, _Endpoint]
     )
-    # Called once when the last receiver closes (a bundle forgets the inbox).
-    on_receivers_closed: Callable[[], object] | None = None
+    # Called with this state once the last receiver closes (a bundle forgets
+    # the inbox). It must not hold the state itself: that would be a cycle.
+    on_receivers_closed: Callable[[InboxState[T]], object] | None = None
     # The path of the bundle that opened the inbox, for trace events.
     owner: str | None = None
 
@@ -612,7 +613,7 @@ class InboxReceiver(
             state.send_tasks.clear()
             state.data.clear()
             if state.on_receivers_closed is not None:
-                state.on_receivers_closed()
+                state.on_receivers_closed(state)
                 state.on_receivers_closed = None
 
     @trio.lowlevel.enable_ki_protection

@@ -1,0 +1,36 @@
+"""The command line shared by run_all.py and each benchmark script."""
+
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+
+import _render
+
+
+def argument_parser(doc: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=(doc or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and few repetitions: checks that the scripts work, "
+        "in seconds; the numbers mean little",
+    )
+    parser.add_argument(
+        "--no-gc",
+        action="store_true",
+        help="turn the garbage collector off while measuring (it is on by "
+        "default, as in a real program)",
+    )
+    return parser
+
+
+def run_one(benchmark: ModuleType, args: argparse.Namespace) -> None:
+    """Run one benchmark script and print its tables and goals in Markdown."""
+    result = benchmark.run(quick=args.quick, gc_enabled=not args.no_gc)
+    for table in benchmark.tables(result):
+        print(_render.markdown_table(table))
+    print(_render.markdown_table(_render.goals_table(benchmark.goals(result))))

@@ -1,0 +1,356 @@
+"""run_process: real subprocesses receiving real signals.
+
+The processes and signals are real, so these tests are marked realtime; but
+Trio's clock is the mock clock without autojump, so Trio time stands still
+unless a test moves it. A process that exits on SIGTERM therefore ends
+"at once" in Trio time, and one that ignores it is killed at exactly the
+grace, whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import trio
+import trio.testing
+
+from trio_graceful import ChildOutcome, open_bundle, run_process
+
+from .helpers import capture, shape
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import ExceptionGroup
+
+pytestmark = pytest.mark.realtime
+
+PYTHON = sys.executable
+
+# Each program prints "ready" once its signal handlers are in place.
+CLEANS_UP_ON_SIGTERM = """
+import signal, sys, time
+def on_term(signum, frame):
+    print("cleaning up", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+IGNORES_SIGTERM = """
+import signal, time
+def on_term(signum, frame):
+    print("ignoring SIGTERM", flush=True)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+EXITS_ON_SIGINT = """
+import signal, sys, time
+signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(0))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+SLEEPS = "import time; time.sleep(60)"
+
+
+def python(code: str) -> list[str]:
+    return [PYTHON, "-c", code]
+
+
+async def read_line(stream: trio.abc.ReceiveStream) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = await stream.receive_some()
+        assert chunk, f"end of output after {data!r}"
+        data += chunk
+    return data.rstrip(b"\n")
+
+
+async def start_ready(bundle, code: str, **options) -> trio.Process:
+    """Start ``code`` as a child of ``bundle``; return once it said "ready"."""
+    process = await bundle.start(
+        functools.partial(run_process, stdout=subprocess.PIPE, **options),
+        bundle,
+        python(code),
+    )
+    assert await read_line(process.stdout) == b"ready"
+    return process
+
+
+# -- the three endings --------------------------------------------------------------
+
+
+async def test_process_that_exits_on_sigterm_ends_within_the_grace(mock_clock):
+    t0 = trio.current_time()
+    async with open_bundle(name="helpers") as bundle:
+        process = await start_ready(bundle, CLEANS_UP_ON_SIGTERM)
+        report = await bundle.shutdown(grace=10)
+    assert await read_line(process.stdout) == b"cleaning up"
+    assert process.returncode == 0
+    assert trio.current_time() == t0
+    assert report.graceful
+    (child,) = report.children
+    assert (child.outcome, child.elapsed) == (ChildOutcome.FINISHED, 0)
+    assert child.notes == (
+        f"process {process.pid} (python): got SIGTERM on STOP; exited with status 0",
+    )
+
+
+async def test_process_that_ignores_sigterm_is_killed_at_exactly_the_grace(
+    mock_clock,
+):
+    t0 = trio.current_time()
+    async with open_bundle(name="helpers") as bundle:
+        process = await start_ready(bundle, IGNORES_SIGTERM)
+        async with trio.open_nursery() as nursery:
+            reports = []
+
+            async def shut_down() -> None:
+                reports.append(await bundle.shutdown(grace=5))
+
+            nursery.start_soon(shut_down)
+            # The signal really arrived, and was ignored.
+            assert await read_line(process.stdout) == b"ignoring SIGTERM"
+            assert trio.current_time() == t0
+            mock_clock.jump(5)
+    (report,) = reports
+    assert process.returncode == -signal.SIGKILL
+    assert report.hard_cancelled_at == t0 + 5
+    assert report.elapsed == 5
+    (child,) = report.children
+    assert (child.outcome, child.elapsed) == (ChildOutcome.CANCELLED, 5)
+    assert child.notes == (
+        f"process {process.pid} (python): got SIGTERM on STOP; "
+        f"got SIGKILL at the hard cancel; ended by SIGKILL",
+    )
+
+
+async def test_process_that_exits_by_itself_returns_its_output(mock_clock):
+    results: list[subprocess.CompletedProcess[bytes]] = []
+
+    async def child() -> None:
+        results.append(
+            await run_process(bundle, python("print('hello')"), capture_stdout=True)
+        )
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+    (completed,) = results
+    assert (completed.returncode, completed.stdout) == (0, b"hello\n")
+
+
+async def test_process_that_exits_by_itself_during_a_cancellation(mock_clock):
+    # cancel() without STOP: the process is not signalled, only waited for.
+    async with open_bundle() as bundle:
+        process = await start_ready(bundle, "import sys; print('ready', flush=True)")
+        report = await bundle.cancel(grace=10)
+    (child,) = report.children
+    assert (child.outcome, child.elapsed) == (ChildOutcome.FINISHED, 0)
+    assert child.notes == (f"process {process.pid} (python): exited with status 0",)
+
+
+# -- signals and exit statuses ------------------------------------------------------
+
+
+async def test_default_sigterm_death_is_not_an_error(mock_clock):
+    results: list[subprocess.CompletedProcess[bytes]] = []
+
+    async def child() -> None:
+        # check=True, and yet: dying of the signal it was asked to stop with
+        # is the expected ending.
+        results.append(await run_process(bundle, python(SLEEPS)))
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child, name="sleeper")
+        await trio.testing.wait_all_tasks_blocked()
+        report = await bundle.shutdown(grace=10)
+    (completed,) = results
+    assert completed.returncode == -signal.SIGTERM
+    (note,) = report.children[0].notes
+    assert re.fullmatch(
+        r"process \d+ \(python\): got SIGTERM on STOP; ended by SIGTERM", note
+    )
+
+
+async def test_stop_signal_is_configurable(mock_clock):
+    async with open_bundle() as bundle:
+        process = await start_ready(bundle, EXITS_ON_SIGINT, stop_signal=signal.SIGINT)
+        report = await bundle.shutdown(grace=10)
+    assert process.returncode == 0
+    assert report.children[0].notes == (
+        f"process {process.pid} (python): got SIGINT on STOP; exited with status 0",
+    )
+
+
+async def test_real_time_signals_are_named_by_number(mock_clock):
+    number = signal.SIGRTMIN + 2
+    results: list[subprocess.CompletedProcess[bytes]] = []
+
+    async def child() -> None:
+        results.append(await run_process(bundle, python(SLEEPS), stop_signal=number))
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+        await trio.testing.wait_all_tasks_blocked()
+        report = await bundle.shutdown(grace=10)
+    # Its default action ends the process: what was asked, so no error.
+    assert results[0].returncode == -number
+    (note,) = report.children[0].notes
+    assert re.fullmatch(
+        rf"process \d+ \(python\): got signal {number} on STOP; "
+        rf"ended by signal {number}",
+        note,
+    )
+
+
+async def test_stop_before_the_process_started_signals_it_at_once(mock_clock):
+    returncodes: list[int] = []
+
+    async def late_helper() -> None:
+        completed = await run_process(bundle, python(SLEEPS))
+        returncodes.append(completed.returncode)
+
+    async def dispatcher() -> None:
+        _, inbox = bundle.open_inbox()
+        await inbox.receive()  # STOP
+        bundle.start_soon(late_helper)
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(dispatcher)
+        await trio.testing.wait_all_tasks_blocked()
+        report = await bundle.shutdown(grace=10)
+    assert returncodes == [-signal.SIGTERM]
+    assert report.graceful
+
+
+async def test_failure_raises_called_process_error_like_a_trio_child(mock_clock):
+    async def body() -> None:
+        async with open_bundle() as bundle:
+            bundle.start_soon(run_process, bundle, python("raise SystemExit(3)"))
+
+    got = await capture(body)
+    assert shape(got) == (
+        "ExceptionGroup",
+        "Exceptions from Trio nursery",
+        ["CalledProcessError"],
+    )
+    assert isinstance(got, ExceptionGroup)
+    error = got.exceptions[0]
+    assert isinstance(error, subprocess.CalledProcessError)
+    assert error.returncode == 3
+
+
+async def test_death_by_another_signal_is_a_failure(mock_clock):
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    results: list[int] = []
+
+    async def child() -> None:
+        with pytest.raises(subprocess.CalledProcessError) as info:
+            await run_process(bundle, python(code))
+        results.append(info.value.returncode)
+        completed = await run_process(bundle, python(code), check=False)
+        results.append(completed.returncode)
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+    assert results == [-signal.SIGKILL, -signal.SIGKILL]
+
+
+async def test_hard_cancel_from_outside_kills_and_raises_plain_cancelled(mock_clock):
+    caught: list[BaseException] = []
+
+    async def child() -> None:
+        try:
+            await run_process(bundle, python(SLEEPS))
+        except BaseException as exc:
+            caught.append(exc)
+            raise
+
+    async with open_bundle() as bundle:
+        process = await start_ready(bundle, CLEANS_UP_ON_SIGTERM)
+        bundle.start_soon(child)
+        await trio.testing.wait_all_tasks_blocked()
+        bundle.cancel_scope.cancel()
+    assert [type(exc) for exc in caught] == [trio.Cancelled]
+    # SIGKILL, not SIGTERM: the process had no chance to clean up.
+    assert process.returncode == -signal.SIGKILL
+
+
+async def test_program_not_found_raises_os_error_plainly():
+    async def child() -> None:
+        with pytest.raises(FileNotFoundError):
+            await run_process(bundle, ["/nonexistent/program"])
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+
+
+# -- bad arguments and misuse --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"stop_signal": "TERM"},
+            TypeError,
+            r"^stop_signal must be a signal number, not 'TERM'$",
+        ),
+        (
+            {"stop_signal": True},
+            TypeError,
+            r"^stop_signal must be a signal number, not True$",
+        ),
+        (
+            {"stop_signal": 0},
+            ValueError,
+            r"^stop_signal must be a valid signal number, not 0$",
+        ),
+        (
+            {"stdin": subprocess.PIPE},
+            ValueError,
+            r"^stdin=subprocess.PIPE needs bundle.start\(run_process, \.\.\.\), "
+            r"which returns the Process and its pipes$",
+        ),
+        (
+            {"stdout": subprocess.PIPE},
+            ValueError,
+            r"^stdout=subprocess.PIPE needs bundle.start\(run_process, \.\.\.\), "
+            r"which returns the Process and its pipes$",
+        ),
+        (
+            {"stderr": subprocess.PIPE},
+            ValueError,
+            r"^stderr=subprocess.PIPE needs bundle.start\(run_process, \.\.\.\), "
+            r"which returns the Process and its pipes$",
+        ),
+    ],
+)
+async def test_bad_arguments_raise_before_anything_starts(kwargs, error, message):
+    async def child() -> None:
+        with pytest.raises(error, match=message):
+            await run_process(bundle, ["/nonexistent/program"], **kwargs)
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+
+
+async def test_must_be_called_by_a_child_of_the_bundle():
+    async with open_bundle(name="b") as bundle:
+        with pytest.raises(
+            RuntimeError,
+            match=(
+                r"^run_process\(\) must be called by a child of bundle 'b' "
+                r"\(a task started with its start_soon\(\) or start\(\)\), "
+                r"not by <Task .+ at 0x[0-9a-f]+>$"
+            ),
+        ):
+            await run_process(bundle, ["/nonexistent/program"])

@@ -1,0 +1,145 @@
+"""The watchdog's emergency exit, in real subprocesses (it ends the process).
+
+examples/stdio_service.py covers the signal-driven cases; these cover the
+deadlines the watchdog keeps without any further signal: the unwind budget
+after a grace that ran out, and grace plus unwind budget after one signal
+that a frozen Trio thread never saw.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.realtime
+
+PROGRAM = textwrap.dedent(
+    """
+    import sys, time
+    import trio
+    import trio_graceful
+
+    async def stuck():
+        with trio.CancelScope(shield=True):
+            await trio.sleep_forever()
+
+    async def main(mode):
+        runner = trio_graceful.current_runner()
+        runner.root.start_soon(stuck, name="stuck")
+        await trio.sleep(0)
+        print("ready", flush=True)
+        if mode == "freeze":
+            time.sleep(600)  # Trio never runs again
+
+    codes = trio_graceful.ExitCodes(emergency=99)
+    sys.exit(trio_graceful.run(
+        main, sys.argv[1], grace=0.3, unwind_budget=0.4, exit_codes=codes,
+        signals=() if sys.argv[1] == "no-signals" else (2, 15),
+    ))
+    """
+)
+
+
+def start(tmp_path: Path, mode: str) -> subprocess.Popen[bytes]:
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    process = subprocess.Popen(
+        [sys.executable, str(script), mode],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == b"ready\n"
+    return process
+
+
+def finish(process: subprocess.Popen[bytes]) -> tuple[int, float, str]:
+    start_time = time.monotonic()
+    _, stderr = process.communicate(timeout=10)
+    return process.returncode, time.monotonic() - start_time, stderr.decode()
+
+
+def test_a_hard_cancel_that_does_not_unwind_ends_after_the_budget(tmp_path):
+    # No signal at all: main returns, the grace runs out on the stuck task,
+    # and the hard cancel cannot reach it.
+    status, elapsed, stderr = finish(start(tmp_path, "no-signals"))
+    assert status == 99
+    assert 0.3 + 0.4 <= elapsed < 0.3 + 0.4 + 3
+    # The budget counts from the hard cancel at the end of the grace, which
+    # is also the end of "grace + budget" counted from the shutdown's start.
+    assert stderr.startswith(
+        "forcing: the grace 0.3 s ran out\n"
+        "emergency exit: the shutdown did not finish within the grace of 0.3 s "
+        "and the unwind budget of 0.4 s\n"
+        "tasks still running:\n"
+    )
+    assert "\n    stuck\n" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_one_signal_to_a_frozen_program_ends_after_grace_and_budget(tmp_path):
+    process = start(tmp_path, "freeze")
+    time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    status, elapsed, stderr = finish(process)
+    assert status == 99
+    assert 0.3 + 0.4 - 0.1 <= elapsed < 0.3 + 0.4 + 3
+    # Trio never saw the signal: the only lines are the watchdog's.
+    assert stderr.startswith(
+        "emergency exit: the shutdown did not finish within the grace of 0.3 s "
+        "and the unwind budget of 0.4 s\ntasks still running:\n"
+    )
+    assert "in main\n" in stderr
+    assert "Traceback" not in stderr
+
+
+EXIT_AT_ONCE = textwrap.dedent(
+    """
+    import sys
+    import trio
+    import trio_graceful
+
+    async def main():
+        _, inbox = trio_graceful.current_runner().root.open_inbox()
+        print("ready", flush=True)
+        await inbox.receive()  # STOP
+        try:
+            await trio.sleep_forever()  # a drain that takes its time
+        finally:
+            print("unwound", flush=True)
+
+    sys.exit(trio_graceful.run(main, grace=60, second_signal="exit"))
+    """
+)
+
+
+def test_second_signal_exit_ends_the_process_without_unwinding(tmp_path):
+    script = tmp_path / "program.py"
+    script.write_text(EXIT_AT_ONCE)
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == b"ready\n"
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    start_time = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=10)
+    elapsed = time.monotonic() - start_time
+    assert process.returncode == 128 + signal.SIGTERM
+    assert elapsed < 0.5
+    assert stdout == b""  # no finally block ran
+    assert stderr.decode() == (
+        "SIGTERM: shutting down (grace 60 s)\nexiting at once: SIGINT again\n"
+    )

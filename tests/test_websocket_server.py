@@ -1,0 +1,656 @@
+"""The WebSocket CLOSE example server, in-process, on real loopback sockets.
+
+The clients are real: trio-websocket's, and `WireClient`, which shows the
+exact frames. Time is virtual: the mock clock jumps only after 10 ms of real
+time in which nothing happened, so bytes in flight on loopback are never
+skipped over and every time below is exact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import attrs
+import pytest
+import trio
+import trio.testing
+import trio_websocket
+import wsproto.events
+
+import trio_graceful
+
+from .examples_loader import EXAMPLES, load_example
+from .websocket_clients import BINARY, TEXT, open_trio_websocket, open_wire_client
+
+example = load_example("websocket_close_server")
+Summary = example.ShutdownSummary
+SHUTTING_DOWN = (1001, "the server is shutting down")
+
+
+@pytest.fixture
+def loopback_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0.01)
+
+
+@attrs.define(eq=False)
+class Running:
+    server: example.WorkServer
+    bundle: trio_graceful.Bundle
+    port: int
+    report: trio_graceful.CancelReport | None = None
+
+    async def shutdown(self, grace: float) -> None:
+        self.report = await self.bundle.shutdown(grace=grace)
+
+    async def refused(self) -> None:
+        """Check that a new TCP connection is refused."""
+        with pytest.raises(
+            OSError,
+            match=rf"^all attempts to connect to 127\.0\.0\.1:{self.port} failed$",
+        ):
+            await trio.open_tcp_stream("127.0.0.1", self.port)
+
+
+@contextlib.asynccontextmanager
+async def running_server(**options: object) -> AsyncIterator[Running]:
+    server = example.WorkServer(**options)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with trio_graceful.open_bundle(name="server") as bundle:
+        _, inbox = bundle.open_inbox()
+        await bundle.start(server.serve, inbox, listeners)
+        yield Running(server, bundle, listeners[0].socket.getsockname()[1])
+        if not bundle.cancelling:
+            bundle.cancel_scope.cancel()
+
+
+async def request(ws, request_id, work_ms):
+    await ws.send_message(json.dumps({"id": request_id, "work_ms": work_ms}))
+
+
+# -- serving ------------------------------------------------------------------
+
+
+async def test_pipelined_requests_run_concurrently_and_answer_as_they_finish(
+    loopback_clock,
+):
+    async with running_server() as srv, open_trio_websocket(srv.port) as ws:
+        t0 = trio.current_time()
+        for request_id, work_ms in [(1, 500), (2, 125), (3, 375), (4, 0), (5, 250)]:
+            await request(ws, request_id, work_ms)
+        answers = [
+            (json.loads(await ws.get_message()), trio.current_time() - t0)
+            for _ in range(5)
+        ]
+    assert answers == [
+        ({"id": 4}, 0),
+        ({"id": 2}, 0.125),
+        ({"id": 5}, 0.25),
+        ({"id": 3}, 0.375),
+        ({"id": 1}, 0.5),
+    ]
+    stats = srv.server.statistics()
+    assert (stats.requests_received, stats.requests_answered) == (5, 5)
+
+
+async def test_requests_beyond_max_in_flight_wait_for_a_free_slot(loopback_clock):
+    async with (
+        running_server(max_in_flight=2) as srv,
+        open_trio_websocket(srv.port) as ws,
+    ):
+        t0 = trio.current_time()
+        for request_id in (1, 2, 3):
+            await request(ws, request_id, 1000)
+        answers = [
+            (json.loads(await ws.get_message())["id"], trio.current_time() - t0)
+            for _ in range(3)
+        ]
+    assert sorted(answers) == [(1, 1), (2, 1), (3, 2)]
+
+
+# -- graceful shutdown ----------------------------------------------------------
+
+
+async def test_shutdown_answers_received_requests_then_closes_with_1001(
+    loopback_clock,
+):
+    async with (
+        running_server() as srv,
+        trio.open_nursery() as nursery,
+        open_wire_client(srv.port) as client,
+    ):
+        t0 = trio.current_time()
+        await client.send_request(1, 1000)
+        await client.send_request(2, 3000)
+        await trio.sleep(0.5)
+        nursery.start_soon(srv.shutdown, 10)
+        await srv.server.wait_draining()
+        # The listener is closed at once, while the connection drains.
+        await srv.refused()
+        assert srv.server.statistics().connections_open == 1
+        assert await client.receive_json() == {"id": 1}
+        assert trio.current_time() - t0 == 1
+        assert await client.receive_json() == {"id": 2}
+        assert trio.current_time() - t0 == 3
+        assert await client.receive_close() == SHUTTING_DOWN
+        assert trio.current_time() - t0 == 3
+        await client.send_close(1001)
+        await client.receive_eof()
+        assert trio.current_time() - t0 == 3
+    assert srv.report is not None
+    assert srv.report.finished_at - t0 == 3
+    assert srv.report.hard_cancelled_at is None
+    assert srv.server.summary == Summary(
+        closed_gracefully=1,
+        hard_closed=0,
+        completed_during_drain=2,
+        unanswered_during_drain=0,
+        elapsed=2.5,
+    )
+
+
+async def test_idle_connections_are_closed_with_1001_at_once(loopback_clock):
+    codes: list[tuple[int, str | None, float]] = []
+
+    async def idle_client(port: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with open_trio_websocket(port) as ws:
+            task_status.started()
+            with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+                await ws.get_message()
+            reason = closed.value.reason
+            codes.append((reason.code, reason.reason, trio.current_time()))
+
+    async with running_server() as srv, trio.open_nursery() as clients:
+        for _ in range(3):
+            await clients.start(idle_client, srv.port)
+        t0 = trio.current_time()
+        await srv.shutdown(grace=10)
+        assert trio.current_time() == t0
+    assert codes == [(*SHUTTING_DOWN, t0)] * 3
+    assert srv.server.summary == Summary(
+        closed_gracefully=3,
+        hard_closed=0,
+        completed_during_drain=0,
+        unanswered_during_drain=0,
+        elapsed=0,
+    )
+
+
+async def test_client_that_never_answers_close_is_hard_closed_at_the_grace(
+    loopback_clock,
+):
+    async with (
+        running_server() as srv,
+        trio.open_nursery() as nursery,
+        open_wire_client(srv.port) as silent,
+    ):
+        async with open_trio_websocket(srv.port) as polite:
+            t0 = trio.current_time()
+            nursery.start_soon(srv.shutdown, 5)
+            with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+                await polite.get_message()
+            assert closed.value.reason.code == 1001
+            assert trio.current_time() == t0
+        assert await silent.receive_close() == SHUTTING_DOWN
+        assert trio.current_time() == t0
+        await silent.receive_eof()  # no answer from us: the server hangs up
+        assert trio.current_time() - t0 == 5
+    assert srv.report is not None
+    assert srv.report.hard_cancelled_at == t0 + 5
+    assert srv.server.summary == Summary(
+        closed_gracefully=1,
+        hard_closed=1,
+        completed_during_drain=0,
+        unanswered_during_drain=0,
+        elapsed=5,
+    )
+
+
+async def test_request_grace_cuts_slow_requests_off_before_the_close(loopback_clock):
+    async with (
+        running_server(request_grace=2) as srv,
+        trio.open_nursery() as nursery,
+        open_wire_client(srv.port) as client,
+    ):
+        await client.send_request(1, 1000)
+        await client.send_request(2, 5000)
+        t0 = trio.current_time()
+        nursery.start_soon(srv.shutdown, 10)
+        assert await client.receive_json() == {"id": 1}
+        assert trio.current_time() - t0 == 1
+        assert await client.receive_close() == SHUTTING_DOWN
+        assert trio.current_time() - t0 == 2
+        await client.send_close(1001)
+        await client.receive_eof()
+    assert srv.server.summary == Summary(
+        closed_gracefully=1,
+        hard_closed=0,
+        completed_during_drain=1,
+        unanswered_during_drain=1,
+        elapsed=2,
+    )
+
+
+async def test_outer_grace_wins_over_request_grace(loopback_clock):
+    async with (
+        running_server(request_grace=20) as srv,
+        trio.open_nursery() as nursery,
+        open_wire_client(srv.port) as client,
+    ):
+        await client.send_request(1, 60_000)
+        t0 = trio.current_time()
+        nursery.start_soon(srv.shutdown, 10)
+        await client.receive_eof()  # neither the answer nor a CLOSE came
+        assert trio.current_time() - t0 == 10
+    assert srv.server.summary == Summary(
+        closed_gracefully=0,
+        hard_closed=1,
+        completed_during_drain=0,
+        unanswered_during_drain=1,
+        elapsed=10,
+    )
+
+
+async def test_frames_after_the_shutdown_began_are_not_processed(loopback_clock):
+    async with (
+        running_server() as srv,
+        trio.open_nursery() as nursery,
+        open_wire_client(srv.port) as client,
+    ):
+        await client.send_request(1, 1000)
+        t0 = trio.current_time()
+        nursery.start_soon(srv.shutdown, 10)
+        await trio.sleep(0.5)
+        await client.send_request(2, 0)  # the server has stopped reading
+        assert await client.receive_json() == {"id": 1}
+        assert await client.receive_close() == SHUTTING_DOWN
+        assert trio.current_time() - t0 == 1
+        await client.send_request(3, 0)  # after the server's CLOSE
+        await client.send_close(1001)
+        await client.receive_eof()
+    stats = srv.server.statistics()
+    assert (stats.requests_received, stats.requests_answered) == (1, 1)
+
+
+async def test_a_second_shutdown_with_grace_0_closes_everything_at_once(
+    loopback_clock,
+):
+    async with (
+        running_server() as srv,
+        trio.open_nursery() as nursery,
+        open_wire_client(srv.port) as client,
+    ):
+        await client.send_request(1, 5000)
+        t0 = trio.current_time()
+        nursery.start_soon(srv.shutdown, 10)
+        await trio.sleep(1)
+        await srv.bundle.cancel(grace=0)
+        assert trio.current_time() - t0 == 1
+        await client.receive_eof()
+    assert srv.server.summary == Summary(
+        closed_gracefully=0,
+        hard_closed=1,
+        completed_during_drain=0,
+        unanswered_during_drain=1,
+        elapsed=1,
+    )
+
+
+async def test_connection_still_in_its_opening_handshake_is_closed_at_once(
+    loopback_clock,
+):
+    async with (
+        running_server() as srv,
+        open_wire_client(srv.port, handshake=False) as client,
+    ):
+        await trio.testing.wait_all_tasks_blocked()
+        t0 = trio.current_time()
+        await srv.shutdown(grace=10)
+        assert trio.current_time() == t0
+        await client.receive_eof()
+    assert srv.server.summary == Summary(0, 0, 0, 0, 0)
+
+
+async def test_opening_handshake_times_out(loopback_clock):
+    async with (
+        running_server() as srv,
+        open_wire_client(srv.port, handshake=False) as client,
+    ):
+        t0 = trio.current_time()
+        await client.receive_eof()
+        assert trio.current_time() - t0 == example.HANDSHAKE_TIMEOUT
+
+
+# -- the client closes ------------------------------------------------------
+
+
+async def test_client_close_is_answered_at_once_while_others_are_served(
+    loopback_clock,
+):
+    async with (
+        running_server() as srv,
+        open_trio_websocket(srv.port) as other,
+        open_wire_client(srv.port) as leaving,
+    ):
+        t0 = trio.current_time()
+        await leaving.send_request(1, 10_000)
+        await request(other, 10, 2000)
+        await trio.sleep(1)
+        await leaving.send_close(1000, "bye")
+        assert await leaving.receive_close() == (1000, "bye")
+        await leaving.receive_eof()
+        assert trio.current_time() - t0 == 1
+        await trio.sleep(0.5)
+        await request(other, 11, 1000)
+        assert json.loads(await other.get_message()) == {"id": 10}
+        assert trio.current_time() - t0 == 2
+        assert json.loads(await other.get_message()) == {"id": 11}
+        assert trio.current_time() - t0 == 2.5
+        stats = srv.server.statistics()
+    assert stats.connections_open == 1
+    assert (stats.requests_answered, stats.requests_unanswered) == (2, 1)
+
+
+async def test_client_close_during_the_drain_counts_as_graceful(loopback_clock):
+    async with (
+        running_server() as srv,
+        trio.open_nursery() as nursery,
+        open_wire_client(srv.port) as client,
+    ):
+        await client.send_request(1, 3000)
+        t0 = trio.current_time()
+        nursery.start_soon(srv.shutdown, 10)
+        await trio.sleep(1)
+        await client.send_close(1000, "bye")
+        assert await client.receive_close() == (1000, "bye")
+        await client.receive_eof()
+        assert trio.current_time() - t0 == 1
+    # The request's answer could no longer be sent: its work stopped at once.
+    assert srv.server.summary == Summary(
+        closed_gracefully=1,
+        hard_closed=0,
+        completed_during_drain=0,
+        unanswered_during_drain=1,
+        elapsed=1,
+    )
+
+
+# -- malformed input ------------------------------------------------------------
+
+BAD_REQUESTS = [
+    (
+        "hello",
+        {
+            "error": "request is not valid JSON: "
+            "Expecting value: line 1 column 1 (char 0)"
+        },
+    ),
+    ("[" * 100_000, {"error": "request is not valid JSON: it nests too deeply"}),
+    (
+        '{"id": 1' + "0" * 200 + "}",
+        {"error": "request has a number longer than 100 digits"},
+    ),
+    (
+        "[1, 2]",
+        {
+            "error": 'request must be a JSON object {"id": <int>, "work_ms": <int>}, '
+            "not [1, 2]"
+        },
+    ),
+    ('{"work_ms": 5}', {"error": "request must have an id"}),
+    ('{"id": "7", "work_ms": 5}', {"error": 'id must be an integer, not "7"'}),
+    ('{"id": true, "work_ms": 5}', {"error": "id must be an integer, not true"}),
+    ('{"id": 7.0, "work_ms": 5}', {"error": "id must be an integer, not 7.0"}),
+    ('{"id": NaN, "work_ms": 5}', {"error": "id must be an integer, not NaN"}),
+    ('{"id": 7}', {"id": 7, "error": "request must have a work_ms"}),
+    (
+        '{"id": 7, "work_ms": -1}',
+        {"id": 7, "error": "work_ms must be an integer from 0 to 3600000, not -1"},
+    ),
+    (
+        '{"id": 7, "work_ms": 3600001}',
+        {"id": 7, "error": "work_ms must be an integer from 0 to 3600000, not 3600001"},
+    ),
+    (
+        '{"id": 7, "work_ms": 1.5}',
+        {"id": 7, "error": "work_ms must be an integer from 0 to 3600000, not 1.5"},
+    ),
+    (
+        json.dumps({"id": 7, "work_ms": "x" * 100}),
+        {
+            "id": 7,
+            "error": "work_ms must be an integer from 0 to 3600000, "
+            'not "' + "x" * 36 + "...",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "reply"), BAD_REQUESTS)
+async def test_malformed_request_gets_an_error_reply(loopback_clock, text, reply):
+    async with running_server() as srv, open_wire_client(srv.port) as client:
+        await client.send_text(text)
+        assert await client.receive_json() == reply
+        # The connection stays open and keeps serving.
+        await client.send_request(8, 0)
+        assert await client.receive_json() == {"id": 8}
+    stats = srv.server.statistics()
+    assert (stats.malformed_frames, stats.requests_received) == (1, 1)
+
+
+def test_extra_keys_are_ignored():
+    request = example.parse_request('{"id": 3, "work_ms": 4, "note": "hi"}')
+    assert request == example.Request(id=3, work_ms=4)
+
+
+async def test_binary_frame_gets_close_1003_after_the_requests_in_flight(
+    loopback_clock,
+):
+    async with running_server() as srv, open_wire_client(srv.port) as client:
+        await client.send_request(1, 1000)
+        t0 = trio.current_time()
+        await client.send_frame(BINARY, b'{"id": 2, "work_ms": 0}')
+        assert await client.receive_json() == {"id": 1}
+        assert await client.receive_close() == (
+            1003,
+            "this server accepts text frames only",
+        )
+        assert trio.current_time() - t0 == 1
+        await client.send_close(1003)
+        await client.receive_eof()
+    assert srv.server.statistics().malformed_frames == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="trio-websocket 0.12 closes the TCP connection on invalid UTF-8 "
+    "without sending the CLOSE 1007 that RFC 6455 (section 8.1) asks for",
+)
+async def test_invalid_utf8_gets_close_1007(loopback_clock):
+    async with running_server() as srv, open_wire_client(srv.port) as client:
+        await client.send_frame(TEXT, b'{"id": 1, "work_ms": "\xff"}')
+        code, _ = await client.receive_close()
+        assert code == 1007
+
+
+async def test_invalid_utf8_fails_only_its_own_connection(loopback_clock):
+    async with (
+        running_server() as srv,
+        open_trio_websocket(srv.port) as other,
+        open_wire_client(srv.port) as client,
+    ):
+        await request(other, 1, 1000)
+        await client.send_frame(TEXT, b"\xff\xfe")
+        event = await client.receive()
+        assert event is None or isinstance(event, wsproto.events.CloseConnection)
+        assert json.loads(await other.get_message()) == {"id": 1}
+        assert srv.server.statistics().connections_open == 1
+
+
+async def test_message_too_big_gets_close_1009(loopback_clock):
+    async with (
+        running_server() as srv,
+        open_trio_websocket(srv.port) as other,
+        open_wire_client(srv.port) as client,
+    ):
+        await client.send_text("x" * (2**20 + 1))
+        assert await client.receive_close() == (
+            1009,
+            "Exceeded maximum message size: 1048576 bytes",
+        )
+        await client.receive_eof()
+        await request(other, 1, 0)
+        assert json.loads(await other.get_message()) == {"id": 1}
+
+
+async def test_junk_instead_of_a_handshake_gets_http_400(loopback_clock):
+    async with running_server() as srv, open_trio_websocket(srv.port) as other:
+        async with await trio.open_tcp_stream("127.0.0.1", srv.port) as stream:
+            await stream.send_all(b"hello\r\n\r\n")
+            response = b""
+            while chunk := await stream.receive_some():
+                response += chunk
+        assert response.startswith(b"HTTP/1.1 400 ")
+        await request(other, 1, 0)
+        assert json.loads(await other.get_message()) == {"id": 1}
+
+
+# -- signals, in this process, through trio_graceful.run --------------------
+
+
+def signalled_server(signum: signal.Signals) -> tuple[int, example.WorkServer]:
+    """Run the server under `trio_graceful.run` and send this process a signal.
+
+    A client keeps a 5 s request in flight; the signal comes 1 s later. (A
+    second signal ends the process: tests/test_websocket_server_signals.py
+    sends it to a server process of its own.)
+    """
+    server = example.WorkServer()
+
+    async def client(port: int) -> None:
+        async with open_wire_client(port) as wire:
+            await wire.send_request(1, 5000)
+            await trio.sleep(1)
+            os.kill(os.getpid(), signum)
+            while (event := await wire.receive()) is not None:
+                if isinstance(event, wsproto.events.CloseConnection):
+                    await wire.send_close(event.code)
+
+    async def main() -> None:
+        # what serve_until_shutdown does, with a client beside it
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        runner = trio_graceful.current_runner()
+        _, inbox = runner.root.open_inbox()
+        async with trio.open_nursery() as clients:
+            clients.start_soon(client, listeners[0].socket.getsockname()[1])
+            await server.serve(inbox, listeners)
+
+    status = trio_graceful.run(
+        main,
+        grace=10,
+        exit_codes=example.EXIT_CODES,
+        clock=trio.testing.MockClock(autojump_threshold=0.01),
+    )
+    return status, server
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_shuts_down_gracefully(signum):
+    status, server = signalled_server(signum)
+    assert status == 0
+    assert server.summary == Summary(1, 0, 1, 0, 4)
+
+
+# -- values and arguments -------------------------------------------------------
+
+
+def test_summary_line():
+    assert str(Summary(1, 0, 1, 0, 0.5)) == (
+        "shutdown complete in 0.500 s: 1 connection closed gracefully, "
+        "0 hard-closed; 1 request completed during the drain, 0 left unanswered"
+    )
+    assert str(Summary(18, 2, 37, 3, 10)) == (
+        "shutdown complete in 10.000 s: 18 connections closed gracefully, "
+        "2 hard-closed; 37 requests completed during the drain, 3 left unanswered"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"request_grace": -1}, ValueError, "request_grace must be >= 0, not -1"),
+        (
+            {"request_grace": math.nan},
+            ValueError,
+            "request_grace must be >= 0, not nan",
+        ),
+        ({"request_grace": "5"}, TypeError, "request_grace must be a number, not '5'"),
+        (
+            {"max_in_flight": 0},
+            ValueError,
+            "max_in_flight must be an integer >= 1, not 0",
+        ),
+        (
+            {"max_in_flight": 1.5},
+            ValueError,
+            "max_in_flight must be an integer >= 1, not 1.5",
+        ),
+    ],
+)
+def test_bad_server_options(options, error, message):
+    with pytest.raises(error, match=rf"^{message}$"):
+        example.WorkServer(**options)
+
+
+def test_options_default():
+    args = example.parse_args([])
+    assert (args.host, args.port, args.grace, args.request_grace) == (
+        "127.0.0.1",
+        8000,
+        10,
+        20,
+    )
+    assert (args.log_level, args.demo, args.clients) == ("INFO", False, 20)
+    args = example.parse_args(["--grace", "inf", "--request-grace", "0", "--port", "0"])
+    assert (args.grace, args.request_grace, args.port) == (math.inf, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--grace", "-1"], "argument --grace: grace must be >= 0, not -1.0"),
+        (["--grace", "nan"], "argument --grace: grace must be >= 0, not nan"),
+        (
+            ["--grace", "soon"],
+            "argument --grace: grace must be a number of seconds, not 'soon'",
+        ),
+        (
+            ["--request-grace", "-2"],
+            "argument --request-grace: request_grace must be >= 0, not -2.0",
+        ),
+        (
+            ["--port", "70000"],
+            "argument --port: port must be from 0 to 65535, not 70000",
+        ),
+        (["--port", "x"], "argument --port: port must be an integer, not 'x'"),
+        (["--clients", "0"], "argument --clients: clients must be >= 1, not 0"),
+    ],
+)
+def test_bad_arguments(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        example.parse_args(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {message}")
+
+
+def test_readme_demo_command_runs_this_example():
+    readme = (EXAMPLES.parent / "README.md").read_text().splitlines()
+    command = readme[readme.index("<!-- demo-command -->") + 2]
+    assert command == (
+        'python3 -m venv .venv && .venv/bin/pip install -e ".[websocket]" '
+        "&& .venv/bin/python examples/websocket_close_server.py --demo"
+    )

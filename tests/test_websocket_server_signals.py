@@ -1,0 +1,434 @@
+"""The WebSocket CLOSE example server as a real process, stopped by real signals.
+
+Clients on two independent implementations, trio-websocket (in this Trio run)
+and the `websockets` library (asyncio, in a thread with its own event loop),
+talk to ``examples/websocket_close_server.py`` over loopback. The server logs
+every request it takes (``--log-level DEBUG``), so the tests know exactly
+what it received. Each test runs several rounds at once, each with its own
+server process, to show that the outcome does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import random
+import re
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+
+import attrs
+import pytest
+import trio
+import wsproto.events
+
+from .examples_loader import EXAMPLES
+from .websocket_clients import (
+    ClientResult,
+    open_wire_client,
+    trio_client,
+    websockets_clients,
+)
+
+pytestmark = pytest.mark.realtime
+
+EXAMPLE = EXAMPLES / "websocket_close_server.py"
+SHUTTING_DOWN = (1001, "the server is shutting down")
+RECEIVED = r": received request (\d+) "
+TIMEOUT = 60  # generous: a bound against hangs, not a measurement
+
+
+@attrs.define(eq=False)
+class ServerProcess:
+    """A running example server and its log, read line by line."""
+
+    process: trio.Process
+    lines: list[str] = attrs.field(factory=list)
+    _changed: trio.Event = attrs.field(factory=trio.Event)
+    _log_ended: bool = False
+    url: str = ""
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].rstrip("/"))
+
+    async def read_log(self) -> None:
+        assert self.process.stderr is not None
+        buffer = b""
+        async for chunk in self.process.stderr:
+            *complete, buffer = (buffer + chunk).split(b"\n")
+            self.lines.extend(line.decode() for line in complete)
+            self._changed.set()
+            self._changed = trio.Event()
+        self._log_ended = True
+        self._changed.set()
+
+    async def wait_for(self, pattern: str, count: int = 1) -> list[re.Match[str]]:
+        """Wait until ``count`` log lines match ``pattern``; return the matches."""
+        while True:
+            matches = [m for line in self.lines if (m := re.search(pattern, line))]
+            if len(matches) >= count:
+                return matches
+            assert not self._log_ended, f"{pattern!r} not logged:\n" + self.log()
+            await self._changed.wait()
+
+    def received(self) -> set[int]:
+        """The ids of the requests the server has logged as received."""
+        return {
+            int(m.group(1)) for line in self.lines if (m := re.search(RECEIVED, line))
+        }
+
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    async def exit_status(self) -> int:
+        """Wait for the process to exit and its log to be read to the end."""
+        status = await self.process.wait()
+        while not self._log_ended:
+            await self._changed.wait()
+        return status
+
+
+@contextlib.asynccontextmanager
+async def server_process(*args: str) -> AsyncIterator[ServerProcess]:
+    command = [sys.executable, str(EXAMPLE), "--port", "0", "--log-level", "DEBUG"]
+    process = await trio.lowlevel.open_process(
+        [*command, *args], stderr=subprocess.PIPE
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            server = ServerProcess(process)
+            nursery.start_soon(server.read_log)
+            [listening] = await server.wait_for(r"listening on (ws://\S+)")
+            server.url = listening.group(1)
+            yield server
+            if process.returncode is None:
+                process.kill()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            assert process.stderr is not None
+            await process.stderr.aclose()
+
+
+def pipelined(base: int, count: int, rng: random.Random) -> list[tuple[int, int]]:
+    return [(base + n, rng.randint(800, 1500)) for n in range(count)]
+
+
+def endless(base: int, rng: random.Random) -> Iterator[tuple[int, int]]:
+    for n in itertools.count():
+        yield base + n, rng.randint(20, 300)
+
+
+async def refused(port: int) -> bool:
+    try:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    except OSError:
+        return True
+    await stream.aclose()
+    return False
+
+
+async def run_rounds(round_fn, count: int) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            for index in range(count):
+                nursery.start_soon(round_fn, index)
+
+
+async def both_kinds_of_client(
+    server: ServerProcess,
+    plans: list,
+    *,
+    every: float | None = None,
+) -> list[ClientResult]:
+    """Run the first half of ``plans`` on trio-websocket, the rest on websockets."""
+    half = len(plans) // 2
+    results: list[ClientResult] = []
+
+    async def on_trio(plan) -> None:
+        results.append(await trio_client(server.port, plan, every=every))
+
+    async def on_asyncio() -> None:
+        run = functools.partial(
+            websockets_clients, server.url, plans[half:], every=every
+        )
+        results.extend(await trio.to_thread.run_sync(run))
+
+    async with trio.open_nursery() as nursery:
+        for plan in plans[:half]:
+            nursery.start_soon(on_trio, plan)
+        nursery.start_soon(on_asyncio)
+    return results
+
+
+def results_by_plan(plans, results: list[ClientResult]) -> list[ClientResult]:
+    """Order the results like the plans (clients finish in any order)."""
+    by_first_id = {result.sent[0]: result for result in results}
+    return [by_first_id[plan[0][0]] for plan in plans]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_signal_drains_every_received_request_then_closes_1001(signum):
+    async def one_round(index: int) -> None:
+        rng = random.Random(index)
+        plans = [pipelined(1000 * client, 4, rng) for client in range(1, 5)]
+        async with server_process() as server, trio.open_nursery() as nursery:
+            results: list[ClientResult] = []
+
+            async def clients() -> None:
+                results.extend(await both_kinds_of_client(server, plans))
+
+            nursery.start_soon(clients)
+            await server.wait_for(RECEIVED, count=16)
+            server.process.send_signal(signum)
+            await server.wait_for("stopped accepting connections")
+            # New connections are refused while the open ones still drain.
+            assert await refused(server.port)
+            assert server.process.returncode is None
+            status = await server.exit_status()
+        assert status == 0, server.log()
+        for plan, result in zip(plans, results_by_plan(plans, results), strict=True):
+            assert sorted(result.answered) == [request_id for request_id, _ in plan]
+            assert (result.close_code, result.close_reason) == SHUTTING_DOWN
+            assert result.clean
+        # Answers the server sent before the signal reached it are not part
+        # of the drain (a busy machine may delay the signal that long).
+        signalled = next(i for i, line in enumerate(server.lines) if "shutting" in line)
+        before = sum(": answered request" in line for line in server.lines[:signalled])
+        completed = "1 request" if before == 15 else f"{16 - before} requests"
+        assert server.lines[-1].endswith(
+            "4 connections closed gracefully, 0 hard-closed; "
+            f"{completed} completed during the drain, 0 left unanswered"
+        ), server.log()
+
+    await run_rounds(one_round, 3)
+
+
+async def test_signal_amid_continuous_requests_drops_nothing_received():
+    async def one_round(index: int) -> None:
+        rng = random.Random(index)
+        plans = [
+            endless(1_000_000 * client, random.Random(rng.random()))
+            for client in range(1, 5)
+        ]
+        signum = (signal.SIGTERM, signal.SIGINT)[index % 2]
+        async with server_process() as server, trio.open_nursery() as nursery:
+            results: list[ClientResult] = []
+
+            async def clients() -> None:
+                results.extend(await both_kinds_of_client(server, plans, every=0.01))
+
+            nursery.start_soon(clients)
+            await server.wait_for(RECEIVED, count=rng.randint(50, 150))
+            server.process.send_signal(signum)
+            status = await server.exit_status()
+        assert status == 0, server.log()
+        answered = [request_id for r in results for request_id in r.answered]
+        assert len(answered) == len(set(answered))
+        # Every request the server took was answered, and only those.
+        assert set(answered) == server.received()
+        for result in results:
+            assert (result.close_code, result.close_reason) == SHUTTING_DOWN
+            assert result.clean
+            assert set(result.answered) <= set(result.sent)
+        assert re.search(
+            r"4 connections closed gracefully, 0 hard-closed; \d+ requests? completed "
+            r"during the drain, 0 left unanswered$",
+            server.lines[-1],
+        ), server.log()
+
+    await run_rounds(one_round, 6)
+
+
+SIGNAL_PAIRS = [
+    (signal.SIGTERM, signal.SIGTERM),
+    (signal.SIGINT, signal.SIGINT),
+    (signal.SIGTERM, signal.SIGINT),
+    (signal.SIGINT, signal.SIGTERM),
+]
+
+
+async def exit_after_second_signal(
+    server: ServerProcess, first: signal.Signals, second: signal.Signals
+) -> float:
+    """Send both signals; return the seconds from the second to the exit."""
+    server.process.send_signal(first)
+    await server.wait_for("stopped accepting connections")
+    t0 = trio.current_time()
+    server.process.send_signal(second)
+    status = await server.process.wait()
+    elapsed = trio.current_time() - t0
+    # a forced shutdown exits with 128 + the signal that started it
+    assert status == 128 + first
+    await server.wait_for(f"exiting at once: {second.name} again")
+    assert not any("shutdown complete" in line for line in server.lines)
+    return elapsed
+
+
+async def test_second_signal_ends_the_process_at_once():
+    # The rounds get ready side by side; once all are, the second signals go
+    # one at a time, so that no round's exit is timed while other processes
+    # start or stop. The clients are passive sockets: nothing else runs here
+    # while an exit is timed.
+    rounds = 8
+    ready: list[int] = []
+    all_ready = trio.Event()
+    turn = trio.Lock()
+
+    async def one_round(index: int) -> None:
+        first, second = SIGNAL_PAIRS[index % len(SIGNAL_PAIRS)]
+        async with (
+            server_process() as server,
+            open_wire_client(server.port) as one,
+            open_wire_client(server.port) as two,
+        ):
+            await one.send_request(1, 60_000)
+            await two.send_request(2, 60_000)
+            await server.wait_for(RECEIVED, count=2)
+            ready.append(index)
+            if len(ready) == rounds:
+                all_ready.set()
+            await all_ready.wait()
+            async with turn:
+                elapsed = await exit_after_second_signal(server, first, second)
+            # Closed without an answer and without a CLOSE.
+            await one.receive_eof()
+            await two.receive_eof()
+        assert elapsed < 0.5
+
+    await run_rounds(one_round, rounds)
+
+
+async def test_second_signal_ends_the_process_at_once_with_1000_connections():
+    connections = 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = connections + 256
+    if soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"needs {needed} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    try:
+        with trio.fail_after(TIMEOUT):
+            async with (
+                server_process() as server,
+                contextlib.AsyncExitStack() as stack,
+            ):
+                clients = [
+                    await stack.enter_async_context(open_wire_client(server.port))
+                    for _ in range(connections)
+                ]
+                for request_id, client in enumerate(clients):
+                    await client.send_request(request_id, 60_000)
+                await server.wait_for(RECEIVED, count=connections)
+                elapsed = await exit_after_second_signal(
+                    server, signal.SIGTERM, signal.SIGINT
+                )
+                for client in clients:
+                    await client.receive_eof()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert elapsed < 0.5
+
+
+async def test_grace_hard_closes_a_client_that_never_answers_close():
+    async def one_round(index: int) -> None:
+        async with (
+            server_process("--grace", "1") as server,
+            open_wire_client(server.port) as silent,
+            trio.open_nursery() as nursery,
+        ):
+            results: list[ClientResult] = []
+
+            async def polite() -> None:
+                results.extend(await both_kinds_of_client(server, [[], []]))
+
+            nursery.start_soon(polite)
+            await silent.send_request(1, 0)
+            assert await silent.receive() == wsproto.events.TextMessage('{"id": 1}')
+            await server.wait_for(": connected from", count=3)
+            server.process.send_signal(signal.SIGTERM)
+            t0 = trio.current_time()
+            assert await silent.receive_close() == SHUTTING_DOWN
+            await silent.receive_eof()
+            elapsed = trio.current_time() - t0
+            status = await server.exit_status()
+        assert 0.9 < elapsed < 5
+        assert status == 0
+        for result in results:
+            assert (result.close_code, result.close_reason) == SHUTTING_DOWN
+            assert result.clean
+        assert "2 connections closed gracefully, 1 hard-closed;" in server.lines[-1]
+
+    await run_rounds(one_round, 2)
+
+
+async def test_demo_runs_and_reports():
+    command = [sys.executable, str(EXAMPLE), "--demo", "--clients", "10"]
+    with trio.fail_after(TIMEOUT):
+        result = await trio.run_process(
+            command, capture_stdout=True, capture_stderr=True
+        )
+    lines = result.stdout.decode().splitlines()
+    assert lines[0] == "demo: 10 clients, graceful shutdown after 3 s (grace 10 s)"
+    assert lines[1] == "  clients that stayed, CLOSE from the server: 9 got 1001"
+    assert lines[2] == "  clients that closed first, CLOSE in answer: 1 got 1000"
+    sent, answers = map(
+        int,
+        re.fullmatch(
+            r"  requests: (\d+) sent, (\d+) answers received", lines[3]
+        ).groups(),
+    )
+    received, answered, unanswered = map(
+        int,
+        re.fullmatch(
+            r"  server: (\d+) received, (\d+) answered, (\d+) left unanswered "
+            r"\(their client closed first, or a grace ran out\)",
+            lines[4],
+        ).groups(),
+    )
+    assert received == answered + unanswered
+    assert answers <= answered
+    assert lines[5] == (
+        f"  {sent - received} requests not taken: they came in after the shutdown "
+        f"began and were not processed"
+    )
+    assert re.fullmatch(
+        r"  a new connection during the drain: refused \(all attempts to connect to "
+        r"127\.0\.0\.1:\d+ failed\)",
+        lines[6],
+    )
+    assert re.fullmatch(
+        r"  server log: shutdown complete in \d\.\d{3} s: 9 connections closed "
+        r"gracefully, 0 hard-closed; \d+ requests completed during the drain, "
+        r"0 left unanswered",
+        lines[7],
+    )
+    assert len(lines) == 8
+    assert "shutdown complete" in result.stderr.decode()
+
+
+async def test_port_in_use_is_a_clear_error():
+    async with trio.open_nursery():
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        command = [sys.executable, str(EXAMPLE), "--port", str(port)]
+        with trio.fail_after(TIMEOUT):
+            result = await trio.run_process(command, capture_stderr=True, check=False)
+        for listener in listeners:
+            await listener.aclose()
+    assert result.returncode == 1
+    assert (
+        result.stderr.decode()
+        .rstrip()
+        .endswith(
+            f"ERROR: cannot listen on 127.0.0.1 port {port}: "
+            f"[Errno 98] Address already in use"
+        )
+    )

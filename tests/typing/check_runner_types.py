@@ -1,0 +1,72 @@
+"""Checked by mypy --strict and pyright --strict in CI, never run.
+
+It pins the typing promises of the runner: run() checks main's arguments
+and returns the exit status, resources keep their type, lines are bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+
+import trio
+from typing_extensions import assert_type
+
+from trio_graceful import (
+    Bundle,
+    ExitCodes,
+    InboxReceiver,
+    Lifecycle,
+    LifecycleState,
+    Runner,
+    StdinLines,
+    current_runner,
+    open_stdin_lines,
+    run,
+)
+
+
+@contextlib.asynccontextmanager
+async def open_database(path: str) -> AsyncGenerator[dict[str, int], None]:
+    yield {path: 1}
+
+
+async def cache(
+    inbox: InboxReceiver[object],
+    size: int,
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    task_status.started(f"cache of {size}")
+    await inbox.receive()
+
+
+# task_status has Trio's usual default, so that main fits run()'s signature.
+async def main(
+    path: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    runner = current_runner()
+    assert_type(runner, Runner)
+    assert_type(runner.root, Bundle)
+    assert_type(runner.lifecycle, Lifecycle)
+    assert_type(runner.lifecycle.state, LifecycleState)
+    database = await runner.enter_resource(open_database(path), name="db")
+    assert_type(database, dict[str, int])
+    await runner.start_service(cache, 10, name="cache")
+    await runner.lifecycle.wait_state(LifecycleState.READY)
+    runner.request_shutdown("done")
+    async with open_stdin_lines() as lines:
+        assert_type(lines, StdinLines)
+        assert_type(await lines.receive(), bytes)
+        async for line in lines:
+            assert_type(line, bytes)
+    task_status.started()
+
+
+async def plain(count: int) -> None: ...
+
+
+def entry_points() -> None:
+    assert_type(run(plain, 3), int)
+    assert_type(run(main, "db.sqlite", grace=5, exit_codes=ExitCodes(error=2)), int)
+    run(plain, "three")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]

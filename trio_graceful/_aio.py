@@ -1,0 +1,308 @@
+"""asyncio code as children of a bundle, through trio-asyncio.
+
+`run_asyncio` runs an asyncio coroutine function as an `asyncio.Task` on
+the trio-asyncio loop and waits for it from the Trio side, so it behaves
+like any other child: its result is returned, its exception raised, STOP
+reaches it through an `AsyncioInbox`, and a hard cancel cancels the task.
+
+asyncio's cancellation is edge-triggered: `asyncio.Task.cancel` throws one
+`asyncio.CancelledError`, and code that catches it may carry on and wait
+again, for ever. Trio's is level-triggered: once a scope is cancelled,
+every checkpoint in it raises. A child must obey the bundle's hard deadline,
+so after a hard cancel the task's coroutine is driven by `_refusing_waits`,
+which cancels every further wait it starts (asyncio code then sees a
+`CancelledError` at each ``await`` that would block, as Trio code sees
+`trio.Cancelled`). Awaits of things already done, and code between awaits,
+still run, so ``finally`` blocks and ``except CancelledError`` clauses
+unwind as usual.
+
+trio-asyncio is imported only when this module's functions are used: it
+patches asyncio's loop policy when imported, and it is an optional
+dependency (the ``asyncio`` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import importlib
+import inspect
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final
+
+import attrs
+import trio
+
+from ._inbox import InboxReceiver
+from ._stop import STOP, StopType
+from ._util import NoPublicConstructor
+
+if TYPE_CHECKING:
+    from typing_extensions import Self, TypeVarTuple, Unpack
+
+    from ._bundle import Bundle
+
+    PosArgT = TypeVarTuple("PosArgT")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _TrioAsyncio(Protocol):
+    """The parts of the trio_asyncio module used here (it ships no types)."""
+
+    current_loop: contextvars.ContextVar[asyncio.AbstractEventLoop | None]
+
+    def aio_as_trio(
+        self, proc: Callable[..., Awaitable[Any]]
+    ) -> Callable[..., Awaitable[Any]]: ...
+
+    def trio_as_aio(
+        self, proc: Callable[..., Awaitable[Any]]
+    ) -> Callable[..., Awaitable[Any]]: ...
+
+
+def _trio_asyncio() -> _TrioAsyncio:
+    try:
+        module = importlib.import_module("trio_asyncio")
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "running asyncio code in a bundle needs trio-asyncio; install it "
+            "with the 'asyncio' extra: pip install 'trio-graceful[asyncio]'"
+        ) from exc
+    return cast("_TrioAsyncio", module)
+
+
+@final
+class AsyncioInbox(Generic[T], metaclass=NoPublicConstructor):
+    """An `InboxReceiver` for asyncio code: what `run_asyncio` passes in.
+
+    Its methods are asyncio-flavoured: call them from the asyncio function
+    that `run_asyncio` runs (or from asyncio tasks it starts), never from
+    Trio code. ``async for message in inbox`` ends at `STOP` or when every
+    sender is closed; `stop_received` tells which, as for an
+    `InboxReceiver`.
+    """
+
+    __slots__ = ("_receiver",)
+
+    def __init__(self, receiver: InboxReceiver[T]) -> None:
+        self._receiver = receiver
+
+    def __repr__(self) -> str:
+        return f"<trio_graceful.AsyncioInbox for {self._receiver!r}>"
+
+    @property
+    def stop_received(self) -> bool:
+        """True once `STOP` has been received."""
+        return self._receiver.stop_received
+
+    async def receive(self) -> T | StopType:
+        """Return the next message, or `STOP`, waiting until there is one.
+
+        As `InboxReceiver.receive`, and as safe to cancel (with
+        `asyncio.Task.cancel` or `asyncio.timeout`): a message is either
+        returned or left in the inbox.
+
+        Raises:
+            trio.EndOfChannel: if every sender is closed and the inbox is empty.
+            trio.ClosedResourceError: if the receiver was closed.
+        """
+        receive = _trio_asyncio().trio_as_aio(self._receiver.receive)
+        return cast("T | StopType", await receive())
+
+    async def until_stop(
+        self,
+        aio_fn: Callable[[Unpack[PosArgT]], Awaitable[R]],
+        *args: Unpack[PosArgT],
+    ) -> R | StopType:
+        """Run ``await aio_fn(*args)`` until it returns or `STOP` is next here.
+
+        As `InboxReceiver.until_stop`, for an asyncio operation: when STOP is
+        next, ``aio_fn``'s task is cancelled and STOP is returned. The
+        operation must be cancel-safe (cancelled, it returns what it took, or
+        takes nothing), as ``websocket.recv()`` of the websockets library and
+        `asyncio.Queue.get` are.
+
+        Returns:
+            What ``aio_fn`` returned, or `STOP`.
+
+        Raises:
+            trio.ClosedResourceError: if the receiver was closed.
+        """
+        trio_asyncio = _trio_asyncio()
+        until_stop = trio_asyncio.trio_as_aio(self._receiver.until_stop)
+        return cast(
+            "R | StopType", await until_stop(trio_asyncio.aio_as_trio(aio_fn), *args)
+        )
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> T:
+        """Return the next message; end the iteration at STOP or end-of-channel."""
+        try:
+            message = await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+        if message is STOP:
+            raise StopAsyncIteration
+        return message
+
+
+@attrs.define(eq=False)
+class _Refusal:
+    """Set when the Trio side was hard-cancelled: refuse every further wait."""
+
+    active: bool = False
+
+
+def _cancel_wait(awaited: object) -> bool:
+    """Cancel what a coroutine yielded to its Task; False if nothing was cancelled."""
+    cancel = getattr(awaited, "cancel", None)
+    return callable(cancel) and bool(cancel())
+
+
+@types.coroutine
+def _refusing_waits(
+    coro: Coroutine[Any, Any, R], refusal: _Refusal
+) -> Generator[Any, Any, R]:
+    """Drive ``coro`` for its Task, cancelling each new wait once ``refusal`` is active.
+
+    A coroutine waits by yielding a future (or None, for ``asyncio.sleep(0)``)
+    up to its Task. After a hard cancel, a yielded future is cancelled before
+    it is passed on, so the Task wakes the coroutine with its outcome: a
+    `CancelledError`, or the result of an operation that completed anyway
+    (cancel-safe operations must not lose it). Anything that cannot be
+    cancelled gets a `CancelledError` thrown in at once.
+    """
+    send: Callable[[Any], Any] = coro.send
+    value: Any = None
+    while True:
+        try:
+            awaited = send(value)
+        except StopIteration as stop:
+            return cast("R", stop.value)
+        if refusal.active and not _cancel_wait(awaited):
+            send, value = coro.throw, asyncio.CancelledError()
+            continue
+        try:
+            value = yield awaited
+        except BaseException as exc:
+            send, value = coro.throw, exc
+        else:
+            send = coro.send
+
+
+async def run_asyncio(
+    bundle: Bundle,
+    aio_fn: Callable[[AsyncioInbox[Any], Unpack[PosArgT]], Awaitable[R]],
+    *args: Unpack[PosArgT],
+    inbox: InboxReceiver[Any] | None = None,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> R:
+    """Run ``await aio_fn(asyncio_inbox, *args)`` on asyncio, as part of ``bundle``.
+
+    ``aio_fn`` is an asyncio coroutine function; it runs as an
+    `asyncio.Task` on the trio-asyncio loop, which must be open around the
+    bundle (``async with trio_asyncio.open_loop():``). Start it like a Trio
+    child, ``bundle.start_soon(run_asyncio, bundle, aio_fn, arg)``, or await
+    it from one. It follows the bundle's rules:
+
+    * Its first argument is an `AsyncioInbox`, the asyncio face of
+      ``inbox``: an inbox of ``bundle`` that you opened and send messages
+      to, or, by default, a new inbox of ``bundle`` that only ever
+      carries STOP. Either way `Bundle.shutdown` reaches the asyncio code
+      as STOP.
+    * A hard cancel (the grace ran out, or anything else cancelled the
+      caller) cancels the task: the asyncio code sees `asyncio.CancelledError`
+      and unwinds through its ``finally`` blocks, then `run_asyncio` raises
+      `trio.Cancelled`. From then on every wait the task starts is cancelled
+      too, so a task that catches `CancelledError` and tries to go on still
+      ends by the deadline. Graceful work (a protocol's goodbye) belongs
+      after STOP, not in the cleanup after a hard cancel.
+    * Its result is returned and its exception raised, as a Trio child's.
+
+    When started with ``await bundle.start(run_asyncio, bundle, aio_fn,
+    ...)``, ``aio_fn`` also gets the ``task_status`` keyword argument, and
+    calls ``task_status.started(value)`` from asyncio code when it is ready.
+
+    Asyncio tasks that ``aio_fn`` creates itself are not part of the bundle;
+    the trio-asyncio loop cancels those left over when it closes.
+
+    This is a checkpoint.
+
+    Args:
+        bundle (Bundle): The bundle that will stop the asyncio code.
+        aio_fn: An asyncio coroutine function.
+        *args: More positional arguments for ``aio_fn``.
+        inbox (InboxReceiver or None): The inbox to hand over, opened with
+            ``bundle.open_inbox()``; by default a new one.
+        task_status: Given by `Bundle.start`; passed on to ``aio_fn``.
+
+    Returns:
+        What ``aio_fn`` returned.
+
+    Raises:
+        RuntimeError: if no trio-asyncio loop is running.
+        ModuleNotFoundError: if trio-asyncio is not installed.
+        TypeError: if ``inbox`` is not an `InboxReceiver`, or ``aio_fn``
+            does not return a coroutine.
+        Exception: whatever ``aio_fn`` raised.
+    """
+    loop = _trio_asyncio().current_loop.get()
+    if loop is None or loop.is_closed():
+        raise RuntimeError(
+            "run_asyncio() needs a running trio-asyncio loop: open one around "
+            "the bundle with 'async with trio_asyncio.open_loop():'"
+        )
+    if inbox is not None and not isinstance(cast("object", inbox), InboxReceiver):
+        raise TypeError(f"inbox must be an InboxReceiver or None, not {inbox!r}")
+    fn = cast("Callable[..., Awaitable[R]]", aio_fn)
+    if task_status is not trio.TASK_STATUS_IGNORED:
+        fn = functools.partial(fn, task_status=task_status)
+    if inbox is not None:
+        aio_inbox = AsyncioInbox[Any]._create(inbox)  # pyright: ignore[reportPrivateUsage]
+        return await _run_task(loop, fn, aio_inbox, args)
+    sender, receiver = bundle.open_inbox()
+    with sender, receiver:
+        aio_inbox = AsyncioInbox[Any]._create(receiver)  # pyright: ignore[reportPrivateUsage]
+        return await _run_task(loop, fn, aio_inbox, args)
+
+
+async def _run_task(
+    loop: asyncio.AbstractEventLoop,
+    aio_fn: Callable[..., Awaitable[R]],
+    aio_inbox: AsyncioInbox[Any],
+    args: tuple[object, ...],
+) -> R:
+    refusal = _Refusal()
+
+    async def task_body() -> R:
+        coro: object = aio_fn(aio_inbox, *args)
+        if not inspect.iscoroutine(coro):
+            raise TypeError(
+                f"run_asyncio expected an asyncio coroutine function, but "
+                f"{aio_fn!r} returned {coro!r}"
+            )
+        return await _refusing_waits(cast("Coroutine[Any, Any, R]", coro), refusal)
+
+    me = trio.lowlevel.current_task()
+    task = loop.create_task(task_body(), name=me.name)
+    task.add_done_callback(lambda _: trio.lowlevel.reschedule(me))
+    raise_cancel: Callable[[], object] | None = None
+
+    def abort(raise_cancel_arg: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        nonlocal raise_cancel
+        raise_cancel = raise_cancel_arg
+        refusal.active = True
+        task.cancel()
+        # Keep waiting: the task has its CancelledError to unwind.
+        return trio.lowlevel.Abort.FAILED
+
+    await trio.lowlevel.wait_task_rescheduled(abort)
+    if task.cancelled() and raise_cancel is not None:
+        raise_cancel()
+    return task.result()

@@ -1,0 +1,236 @@
+"""Subprocesses as children of a bundle: STOP is a signal, hard cancel is SIGKILL.
+
+`run_process` wraps `trio.run_process`, so input, output capture and
+redirection work exactly as there. What it adds is the bundle's rules: STOP
+sends the process a signal of the caller's choice (SIGTERM by default), the
+grace is its time to exit, and at the hard cancel it gets SIGKILL. How the
+process ended is noted in the `CancelReport` (`ChildEnd.notes`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING, Any, cast, final
+
+import attrs
+import trio
+
+from ._bundle import check_child_of, is_cancellation
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+if TYPE_CHECKING:
+    from _typeshed import StrOrBytesPath
+
+    from ._bundle import Bundle
+
+
+@final
+@attrs.define(eq=False, slots=False)
+class _ProcessWatch(trio.TaskStatus[trio.Process]):
+    """Learns the process from `trio.run_process` and signals it on STOP."""
+
+    stop_signal: int
+    # The caller's task_status, when run_process was started with start().
+    outer_status: trio.TaskStatus[trio.Process]
+    process: trio.Process | None = None
+    stop_requested: bool = False
+    stop_sent: bool = False
+    killed: bool = False
+
+    def started(self, value: trio.Process | None = None) -> None:
+        assert value is not None
+        self.process = value
+        if self.stop_requested:
+            self._send_stop()  # STOP came while the process was starting
+        if self.outer_status is not trio.TASK_STATUS_IGNORED:
+            self.outer_status.started(value)
+
+    def stop(self) -> None:
+        self.stop_requested = True
+        if self.process is not None:
+            self._send_stop()
+
+    def _send_stop(self) -> None:
+        assert self.process is not None
+        if self.process.returncode is None:
+            self.process.send_signal(self.stop_signal)
+            self.stop_sent = True
+
+    async def kill(self, process: trio.Process) -> None:
+        # trio.run_process's deliver_cancel: the grace is over, no more asking.
+        if process.returncode is None:
+            process.kill()
+            self.killed = True
+
+    def describe(self) -> str | None:
+        """How the process ended, for the report; None if it never ran."""
+        process = self.process
+        if process is None or process.returncode is None:
+            return None
+        steps: list[str] = []
+        if self.stop_sent:
+            steps.append(f"got {_signal_name(self.stop_signal)} on STOP")
+        if self.killed:
+            steps.append("got SIGKILL at the hard cancel")
+        code = process.returncode
+        if code < 0:
+            steps.append(f"ended by {_signal_name(-code)}")
+        else:
+            steps.append(f"exited with status {code}")
+        return f"process {process.pid} ({_program(process.args)}): " + "; ".join(steps)
+
+    @property
+    def ended_by_stop_signal(self) -> bool:
+        assert self.process is not None
+        return self.stop_sent and self.process.returncode == -self.stop_signal
+
+
+def _program(args: object) -> str:
+    if isinstance(args, (str, bytes)):
+        first = os.fsdecode(args).split(maxsplit=1)[0] if args else ""
+    else:
+        first = os.fsdecode(cast("Sequence[Any]", args)[0])
+    return os.path.basename(first)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # real-time signals have no names of their own
+        return f"signal {number}"
+
+
+def _check_signal(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"stop_signal must be a signal number, not {value!r}")
+    if value not in signal.valid_signals():
+        raise ValueError(f"stop_signal must be a valid signal number, not {value!r}")
+    return value
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = cast("BaseExceptionGroup[BaseException]", exc).exceptions[0]
+    return exc
+
+
+async def run_process(
+    bundle: Bundle,
+    command: StrOrBytesPath | Sequence[StrOrBytesPath],
+    *,
+    stop_signal: int = signal.SIGTERM,
+    stdin: bytes | bytearray | memoryview | int | IO[Any] | None = b"",
+    capture_stdout: bool = False,
+    capture_stderr: bool = False,
+    check: bool = True,
+    task_status: trio.TaskStatus[trio.Process] = trio.TASK_STATUS_IGNORED,
+    **options: object,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``command`` in a subprocess as part of ``bundle``, and wait for it.
+
+    This is `trio.run_process` under the bundle's rules:
+
+    * When STOP reaches the child (`Bundle.shutdown`), the process gets
+      ``stop_signal``. The grace is its time to clean up and exit.
+    * When the child is hard-cancelled (the grace ran out, or anything else
+      cancelled it), the process gets SIGKILL at once; `run_process` waits
+      for it to die, then raises `trio.Cancelled`.
+    * If the process ends during a cancellation of ``bundle``, how it ended
+      is noted in its `ChildEnd.notes`, for instance ``"process 4242
+      (worker): got SIGTERM on STOP; exited with status 0"``.
+
+    Call it from a child of ``bundle`` (``bundle.start_soon(run_process,
+    bundle, cmd)`` or from inside one), or start it with
+    ``process = await bundle.start(run_process, bundle, cmd, ...)`` to get
+    the `trio.Process` back as soon as it runs, with pipes to talk to it
+    (``stdin=subprocess.PIPE``, ``stdout=subprocess.PIPE``).
+
+    ``stdin``, ``capture_stdout``, ``capture_stderr``, ``check`` and
+    ``**options`` mean what they mean for `trio.run_process`, with one
+    difference: with ``check=True``, a process that was sent
+    ``stop_signal`` and died of it has done what it was asked, and is not an
+    error.
+
+    This is a checkpoint.
+
+    Args:
+        bundle (Bundle): The bundle whose child runs the process.
+        command (list or str): The command, as for `trio.run_process`.
+        stop_signal (int): The signal sent on STOP; SIGTERM by default.
+        stdin: The process's input, as for `trio.run_process`.
+        capture_stdout (bool): Capture the standard output.
+        capture_stderr (bool): Capture the standard error.
+        check (bool): Raise `subprocess.CalledProcessError` if the process
+            fails (exits with a nonzero status, or dies of a signal other
+            than ``stop_signal`` sent on STOP).
+        task_status: Given by `Bundle.start`; gets the `trio.Process`.
+        **options: Other `trio.Process` options (``cwd``, ``env``,
+            ``stdout``, ``stderr``, ...).
+
+    Returns:
+        subprocess.CompletedProcess: the return code and captured output.
+
+    Raises:
+        TypeError: if ``stop_signal`` is not an integer.
+        ValueError: if ``stop_signal`` is not a valid signal, or a pipe is
+            asked for without `Bundle.start`.
+        RuntimeError: if the calling task is not a child of ``bundle``.
+        subprocess.CalledProcessError: if ``check`` and the process failed.
+        OSError: if the process could not be started.
+    """
+    stop = _check_signal(stop_signal)
+    if task_status is trio.TASK_STATUS_IGNORED:
+        pipes = {"stdin": stdin, **options}
+        for stream in ("stdin", "stdout", "stderr"):
+            if pipes.get(stream) is subprocess.PIPE:
+                raise ValueError(
+                    f"{stream}=subprocess.PIPE needs "
+                    f"bundle.start(run_process, ...), which returns the "
+                    f"Process and its pipes"
+                )
+    check_child_of(bundle, "run_process")
+    watch = _ProcessWatch(stop, task_status)
+
+    try:
+        with bundle.on_stop(watch.stop):
+            completed = await trio.run_process(
+                command,
+                stdin=stdin,
+                capture_stdout=capture_stdout,
+                capture_stderr=capture_stderr,
+                check=False,
+                deliver_cancel=watch.kill,
+                task_status=watch,
+                **cast("dict[str, Any]", options),
+            )
+    except BaseException as exc:
+        _note_end(bundle, watch)
+        leaf = _first_leaf(exc)
+        if leaf is not exc and is_cancellation(exc):
+            # trio.run_process wraps its Cancelled in a group; callers
+            # cancelled out of a child deserve a plain one.
+            raise leaf from None
+        raise
+    _note_end(bundle, watch)
+    if check and completed.returncode and not watch.ended_by_stop_signal:
+        raise subprocess.CalledProcessError(
+            completed.returncode,
+            completed.args,
+            output=completed.stdout,
+            stderr=completed.stderr,
+        )
+    return completed
+
+
+def _note_end(bundle: Bundle, watch: _ProcessWatch) -> None:
+    # Only a cancellation's report shows notes; a child that runs process
+    # after process must not pile them up in between.
+    description = watch.describe()
+    if description is not None and bundle.cancelling:
+        bundle.note(description)

@@ -1,0 +1,59 @@
+"""A text picture of a Trio run's tasks and where each one waits.
+
+The emergency exit prints it from the watchdog thread while the Trio thread
+may still be running, or stuck in a blocking call. Reading Trio's task tree
+from another thread is not something Trio supports, so this module only
+reads (never changes) plain attributes, copies every collection before
+walking it, and starts over if the tree changed under it. The picture is a
+snapshot that may be slightly inconsistent (a task that ended during the
+walk, a frame that moved on), which is good enough to say what was stuck.
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+_ATTEMPTS = 3
+_TRIO_CORE = os.path.join(os.path.dirname(trio.__file__), "_core", "")
+
+
+def format_task_tree(root: trio.lowlevel.Task) -> str:
+    """Describe ``root`` and its descendants, one task per line, with await frames.
+
+    Each task is followed by the chain of frames it is suspended in, from its
+    own coroutine down to the innermost wait (the frames of Trio's scheduler,
+    the same for every task, are left out). The task that is running at
+    the moment of the snapshot (in the Trio thread) is marked: its await
+    chain is empty, and the thread stacks show where it is.
+
+    Safe to call from any thread; never raises.
+    """
+    error: Exception | None = None
+    for _ in range(_ATTEMPTS):
+        lines: list[str] = []
+        try:
+            _describe(root, 0, lines)
+        except Exception as exc:  # the tree changed while being read
+            error = exc
+            continue
+        return "\n".join(lines) + "\n"
+    return f"(the task tree kept changing while being read: {error!r})\n"
+
+
+def _describe(task: trio.lowlevel.Task, depth: int, lines: list[str]) -> None:
+    pad = "  " * depth
+    running = bool(getattr(task.coro, "cr_running", False))
+    lines.append(f"{pad}{task.name}{'  (running now)' if running else ''}")
+    for frame, lineno in list(task.iter_await_frames()):
+        code = frame.f_code
+        if code.co_filename.startswith(_TRIO_CORE):
+            continue  # the scheduler's traps say nothing about the task
+        lines.append(f"{pad}    {code.co_filename}:{lineno} in {code.co_name}")
+    children: list[trio.lowlevel.Task] = []
+    for nursery in list(task.child_nurseries):
+        children.extend(nursery.child_tasks)
+    # Sets have no order; sort so that the same tree prints the same way.
+    for child in sorted(children, key=lambda t: (t.name, id(t))):
+        _describe(child, depth + 1, lines)
