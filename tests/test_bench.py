@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docutils.core
 import pytest
 import trio
 
@@ -151,10 +152,9 @@ def test_reports_are_rendered_again_from_the_results_file(
 
 
 def test_rst_report_is_valid_restructuredtext(quick_run: Path) -> None:
-    docutils_core = pytest.importorskip("docutils.core")
     text = "Title\n=====\n\n" + (quick_run / "latest.rst").read_text()
     # halt_level 2: any warning (a malformed table, say) raises
-    doctree = docutils_core.publish_doctree(
+    doctree = docutils.core.publish_doctree(
         text, settings_overrides={"halt_level": 2, "report_level": 5}
     )
     tables = [node for node in doctree.findall() if node.tagname == "table"]

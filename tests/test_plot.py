@@ -68,9 +68,9 @@ async def test_timeline_rows_bars_and_lines(autojump_clock):
         # the inner deadline (25) that the outer one beat
         texts = sorted(t.get_text() for t in ax.texts)
         assert texts == [
-            "cancel: server (+1 nested)",
-            "deadline: server/conn/requests",
-            "hard cancel: server (+1 nested)",
+            "cancel: server (+1 more)",
+            "deadline: requests",
+            "hard cancel: server (+1 more)",
         ]
         vlines = sorted(
             line.get_xdata()[0] for line in ax.get_lines() if line.get_marker() != "v"
@@ -92,6 +92,46 @@ async def test_trace_plot_draws_on_given_axes(autojump_clock):
         assert len(ax.collections) == 4
     finally:
         plt.close(fig)
+
+
+async def test_rows_of_namesakes_are_in_number_order(autojump_clock):
+    with record_trace() as trace:
+        async with open_bundle(name="server") as server:
+            for _ in range(11):
+                server.start_soon(trio.sleep, 1, name="handler")
+    ax = plot_timeline(trace)
+    try:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels == ["handler"] + [f"handler#{n}" for n in range(2, 12)]
+    finally:
+        plt.close(ax.figure)
+
+
+async def test_labels_of_lines_close_together_do_not_overlap(autojump_clock):
+    with record_trace() as trace:
+        async with open_bundle(name="server") as server:
+            server.start_soon(trio.sleep_forever, name="stuck")
+            await trio.sleep(1)
+            await server.cancel(grace=0.2)
+        await trio.sleep(20)
+        async with open_bundle(name="later"):
+            pass  # stretches the time axis to 21 s
+    ax = plot_timeline(trace)
+    try:
+        ax.figure.canvas.draw()
+        texts = sorted(ax.texts, key=lambda t: t.xy[0])
+        assert [(t.get_text(), t.xy[0]) for t in texts] == [
+            ("cancel: server", 1),
+            ("hard cancel: server", pytest.approx(1.2)),
+        ]
+        renderer = ax.figure.canvas.get_renderer()
+        first, second = (t.get_window_extent(renderer) for t in texts)
+        assert not first.overlaps(second)
+        # the second label moved down a lane, and the axes grew to hold it
+        assert texts[1].xy[1] > texts[0].xy[1]
+        assert ax.get_ylim()[0] > texts[1].xy[1]
+    finally:
+        plt.close(ax.figure)
 
 
 def test_empty_trace_is_refused():
@@ -120,9 +160,9 @@ def test_the_plot_example_shows_which_deadline_won():
         # with a 5 s request grace the connections' own hard cancels strike
         # at 10 s, before the server's deadline at 15 s
         assert texts == [
-            "cancel: server (+3 nested)",
+            "cancel: server (+3 more)",
             "deadline: server",
-            "hard cancel: server/conn-0/requests (+2 nested)",
+            "hard cancel: requests (+2 more)",
         ]
     finally:
         plt.close(ax.figure)

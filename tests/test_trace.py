@@ -200,6 +200,41 @@ async def test_bundle_paths(autojump_clock):
     }
 
 
+async def test_children_sharing_a_name_get_paths_of_their_own(autojump_clock):
+    async def handler(seconds):
+        async with open_bundle(name="requests") as requests:
+            requests.start_soon(trio.sleep, seconds, name="request")
+        await trio.sleep(seconds)
+
+    with record_trace() as trace:
+        async with open_bundle(name="server") as server:
+            for seconds in (3, 1, 2):
+                server.start_soon(handler, seconds, name="handler")
+    # numbered in the order they first ran, the same in every event
+    ended = trace.of_kind(TraceKind.CHILD_ENDED)
+    handlers = {e.time: e.task for e in ended if e.bundle == "server"}
+    assert sorted(handlers[t] for t in (2, 4, 6)) == [
+        "server/handler",
+        "server/handler#2",
+        "server/handler#3",
+    ]
+    assert {
+        e.time: e.task.removesuffix("/requests/request")
+        for e in ended
+        if e.bundle != "server"
+    } == {1: handlers[2], 2: handlers[4], 3: handlers[6]}
+    for path in handlers.values():
+        assert [e.kind for e in trace.of_task(path)] == [
+            TraceKind.CHILD_STARTED,
+            TraceKind.CHILD_ENDED,
+        ]
+    # a bundle that opens again later numbers its children from scratch
+    with record_trace() as again:
+        async with open_bundle(name="server") as server:
+            server.start_soon(trio.sleep, 0, name="handler")
+    assert again.tasks() == ["server/handler"]
+
+
 # -- hooks -----------------------------------------------------------------------
 
 

@@ -55,7 +55,57 @@ def _rows(trace: Trace) -> list[_Row]:
                 event.time
             )
     # Tree order: a bundle's children together, under the task that owns it.
-    return sorted(rows.values(), key=lambda row: row.path.split("/"))
+    return sorted(rows.values(), key=lambda row: list(map(_order, row.path.split("/"))))
+
+
+def _order(name: str) -> tuple[str, int]:
+    """Sort ``"handler#10"`` after ``"handler#9"`` (see `task_path`)."""
+    base, mark, number = name.rpartition("#")
+    if mark and number.isdigit():
+        return base, int(number)
+    return name, 1
+
+
+# Height of a lane of line labels, in rows.
+_LANE = 0.45
+
+
+def _label_lines(
+    draw: Any, lines: list[tuple[float, str, list[str]]], *, below: float
+) -> int:
+    """Draw the vertical lines and label them under the rows; return the lanes.
+
+    A label that would overlap one before it in its lane moves down a lane.
+    """
+    canvas = draw.figure.canvas
+    renderer = canvas.get_renderer() if hasattr(canvas, "get_renderer") else None
+    placed: list[tuple[int, Any]] = []
+    for at, what, bundles in lines:
+        colour, style = _LINES[what]
+        draw.axvline(at, color=colour, linestyle=style, linewidth=1.1)
+        outermost = min(bundles, key=lambda path: (path.count("/"), path))
+        more = f" (+{len(bundles) - 1} more)" if len(bundles) > 1 else ""
+        label = f"{what}: {outermost.rsplit('/', 1)[-1]}{more}"
+        lane = 0
+        while True:
+            text = draw.annotate(
+                label,
+                xy=(at, below + _LANE * lane),
+                xytext=(3, 0),
+                textcoords="offset points",
+                fontsize=7,
+                va="center",
+                color=colour,
+            )
+            if renderer is None:
+                break
+            box = text.get_window_extent(renderer)
+            if not any(lane == other and box.overlaps(b) for other, b in placed):
+                placed.append((lane, box))
+                break
+            text.remove()
+            lane += 1
+    return max((lane for lane, _ in placed), default=0) + 1
 
 
 def plot_timeline(
@@ -66,9 +116,11 @@ def plot_timeline(
     Each child's life is a bar coloured by how it ended (finished, hard-
     cancelled, raised; grey if still running when the recording stopped); a
     black triangle marks when STOP reached it. Vertical lines mark
-    cancellations starting (dotted), hard deadlines still ahead when the
-    recording stopped (dash-dot) and hard cancels (dashed red), labelled with
-    the outermost bundle concerned. Times are seconds since the first event.
+    cancellations starting (dotted), hard deadlines set by them (dash-dot,
+    also when the bundle finished first or an outer hard cancel struck
+    first) and hard cancels (dashed red). Each line is labelled with the name
+    of the outermost bundle concerned and how many more bundles it concerns.
+    Times are seconds since the first event.
     Rows are in the order of the tree of bundles, so nested bundles read as
     indented blocks.
 
@@ -127,23 +179,18 @@ def plot_timeline(
         elif event.kind is TraceKind.HARD_CANCEL:
             marks.setdefault(("hard cancel", event.time - t0), []).append(event.bundle)
     hard_cancels = {at for what, at in marks if what == "hard cancel"}
-    for (what, at), bundles in marks.items():
-        if what == "deadline" and at in hard_cancels:
-            continue  # the hard cancel line says it
-        colour, style = _LINES[what]
-        draw.axvline(at, color=colour, linestyle=style, linewidth=1.1)
-        outermost = min(bundles, key=lambda path: (path.count("/"), path))
-        more = f" (+{len(bundles) - 1} nested)" if len(bundles) > 1 else ""
-        draw.annotate(
-            f"{what}: {outermost}{more}",
-            xy=(at, len(rows)),
-            xytext=(3, 0),
-            textcoords="offset points",
-            fontsize=7,
-            va="center",
-            color=colour,
-        )
-        t_end = max(t_end, at)
+    lines = sorted(
+        (at, what, bundles)
+        for (what, at), bundles in marks.items()
+        # a deadline struck by a hard cancel: the hard cancel line says it
+        if what != "deadline" or at not in hard_cancels
+    )
+    t_end = max([t_end, *(at for at, _, _ in lines)])
+    draw.set_xlim(0, t_end * 1.2 if t_end > 0 else 1)
+    draw.set_ylim(len(rows) + 0.5, -0.5)
+    lanes = _label_lines(draw, lines, below=len(rows))
+    # a spare band at the bottom for the labels of the vertical lines
+    draw.set_ylim(len(rows) + 0.5 + _LANE * lanes, -0.5)
 
     # Labels are left-aligned and indented by depth in the tree; the pad makes
     # room for the longest one.
@@ -157,9 +204,6 @@ def plot_timeline(
     draw.tick_params(
         axis="y", pad=5 + 5 * max((len(label) for label in labels), default=0)
     )
-    # one spare band at the bottom for the labels of the vertical lines
-    draw.set_ylim(len(rows) + 0.5, -0.5)
-    draw.set_xlim(0, t_end * 1.2 if t_end > 0 else 1)
     draw.set_xlabel("seconds")
     draw.legend(
         handles=[

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import weakref
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -61,7 +62,9 @@ class TraceEvent:
     task: str | None = None
     """The path of the task concerned (``"root/connections/handler"``):
     the child for child events, the receiver for STOP received, the caller
-    for STOP sent and cancel started; `None` when no task is concerned."""
+    for STOP sent and cancel started; `None` when no task is concerned.
+    Children of one bundle that share a name are numbered in the order they
+    first ran: ``handler``, ``handler#2``, ``handler#3``..."""
 
     grace: float | None = None
     """`CANCEL_STARTED`: the grace asked for."""
@@ -223,9 +226,19 @@ def record_trace() -> Generator[Trace, None, None]:
 # A bundle registers both of its nurseries and the task that runs its body, so
 # that the nearest bundle around any task can be found by walking up Trio's
 # task tree.
+#
+# A task's path is fixed the first time it is asked for. Tasks of one bundle
+# that share a name (every connection handler of a server, say) are told
+# apart as "handler", "handler#2", "handler#3"..., so that each task, and each
+# bundle it opens, has a path of its own.
 
 _path_of_nursery: dict[trio.Nursery, str] = {}
 _body_paths: dict[trio.lowlevel.Task, list[str]] = {}
+_task_paths: weakref.WeakKeyDictionary[trio.lowlevel.Task, str] = (
+    weakref.WeakKeyDictionary()
+)
+# per bundle path: how many open bundles have it, and the task names taken
+_names_taken: dict[str, tuple[int, dict[str, int]]] = {}
 
 
 def enclosing_bundle_path(task: trio.lowlevel.Task, *, bodies: bool = True) -> str:
@@ -256,10 +269,27 @@ def enclosing_bundle_path(task: trio.lowlevel.Task, *, bodies: bool = True) -> s
 
 
 def task_path(task: trio.lowlevel.Task, bundle_path: str | None = None) -> str:
-    """Return ``<bundle path>/<task name>`` for ``task``."""
+    """Return ``<bundle path>/<task name>`` for ``task``, the same every time.
+
+    The second task of a bundle with a name already taken there is called
+    ``<name>#2``, and so on.
+    """
+    path = _task_paths.get(task)
+    if path is not None:
+        return path
     if bundle_path is None:
         bundle_path = enclosing_bundle_path(task, bodies=False)
-    return f"{bundle_path}/{task.name}" if bundle_path else task.name
+    if not bundle_path:
+        return task.name
+    name = task.name
+    entry = _names_taken.get(bundle_path)
+    if entry is not None:
+        taken = entry[1]
+        count = taken[name] = taken.get(name, 0) + 1
+        if count > 1:
+            name = f"{name}#{count}"
+    path = _task_paths[task] = f"{bundle_path}/{name}"
+    return path
 
 
 def bundle_path(opener: trio.lowlevel.Task, name: str) -> str:
@@ -281,6 +311,8 @@ def register_bundle(
     _body_paths.setdefault(body, []).append(path)
     for nursery in nurseries:
         _path_of_nursery[nursery] = path
+    opened, taken = _names_taken.get(path, (0, {}))
+    _names_taken[path] = (opened + 1, taken)
 
 
 def unregister_bundle(
@@ -295,3 +327,8 @@ def unregister_bundle(
         del _body_paths[body]
     for nursery in nurseries:
         del _path_of_nursery[nursery]
+    opened, taken = _names_taken[path]
+    if opened == 1:
+        del _names_taken[path]
+    else:
+        _names_taken[path] = (opened - 1, taken)
