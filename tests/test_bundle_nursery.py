@@ -264,6 +264,26 @@ async def test_cancel_from_inside_the_bundle_is_refused(autojump_clock):
     assert not bundle.cancelling
 
 
+async def test_cancel_from_outside_the_children_is_allowed(autojump_clock):
+    reports = []
+
+    async def canceller(bundle, at):
+        await trio.sleep(at)
+        report = await bundle.cancel(grace=1)
+        reports.append((trio.current_time(), report))
+
+    async with trio.open_nursery() as outside, open_bundle(name="b") as bundle:
+        bundle.start_soon(trio.sleep, 3)
+        # a task outside the bundle, and a task of the body's own nursery
+        outside.start_soon(canceller, bundle, 1.5)
+        async with trio.open_nursery() as in_body:
+            in_body.start_soon(canceller, bundle, 1)
+    assert [(at, report.started_at, report.finished_at) for at, report in reports] == [
+        (2, 1, 2),
+        (2, 1, 2),
+    ]
+
+
 # -- exceptions: the same shape as a plain nursery ----------------------------
 
 

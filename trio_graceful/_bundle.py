@@ -512,8 +512,11 @@ class Bundle(metaclass=NoPublicConstructor):
                 f"bundle {self._name!r}; from another thread use "
                 f"trio.from_thread.run(bundle.{method}, grace)"
             )
+        # Walk up Trio's task tree to the task that runs the body: a caller
+        # inside the bundle passes through its children's nursery on the way.
+        body = self._outer.parent_task
         task = trio.lowlevel.current_task()
-        while True:
+        while task is not body:
             nursery = task.parent_nursery or task.eventual_parent_nursery
             if nursery is None:
                 break
