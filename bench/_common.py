@@ -331,6 +331,15 @@ def fmt_ratio(ratio: float) -> str:
     return f"{ratio:.2f}x"
 
 
+def variants_note(variants: Mapping[str, str]) -> str:
+    """``Variants: bundle = open_bundle(); trio = open_nursery().``"""
+    return (
+        "Variants: "
+        + "; ".join(f"{name} = {label}" for name, label in variants.items())
+        + "."
+    )
+
+
 def plural(count: int, noun: str) -> str:
     """``1 child``, ``100 children``, ``1,000 inboxes``."""
     if count == 1:

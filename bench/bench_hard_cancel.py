@@ -202,11 +202,8 @@ def tables(result: dict[str, Any]) -> list[_common.Table]:
                 f"{result['samples']:,} samples per line, real clock; every figure "
                 "is the time after the deadline. Grace: "
                 f"{_common.fmt_seconds(result['grace_s'])} ('whole ms'), or that "
-                "plus a random fraction of a millisecond ('random'). Variants: "
-                + "; ".join(
-                    f"{name} = {label}" for name, label in result["variants"].items()
-                )
-                + ".",
+                "plus a random fraction of a millisecond ('random'). "
+                + _common.variants_note(result["variants"]),
                 *result["missing"],
             ],
         )

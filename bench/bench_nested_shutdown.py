@@ -255,11 +255,7 @@ def tables(result: dict[str, Any]) -> list[_common.Table]:
             ],
             rows=rows,
             notes=[
-                "Variants: "
-                + "; ".join(
-                    f"{name} = {label}" for name, label in result["variants"].items()
-                )
-                + ".",
+                _common.variants_note(result["variants"]),
                 "Medians over the repetitions, from the root's shutdown until "
                 "every node has ended.",
                 "Linearity, per-leaf cost at the largest tree over the smallest: "

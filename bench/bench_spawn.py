@@ -314,14 +314,13 @@ def tables(result: dict[str, Any]) -> list[_common.Table]:
                     _common.fmt_ratio(row["traced_ratio"][v]),
                 ]
             )
-    variants = ", ".join(f"{v} = {label}" for v, label in result["variants"].items())
     return [
         _common.Table(
             title=f"{TITLE}: flat",
             columns=flat_columns,
             rows=flat_rows,
             notes=[
-                f"Variants: {variants}.",
+                _common.variants_note(result["variants"]),
                 "CPU time: median over the repetitions of one open-spawn-exit "
                 "cycle, divided by the number of children. 'vs trio': the median "
                 "of the ratios taken within each repetition, in CPU time and in "

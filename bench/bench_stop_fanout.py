@@ -188,11 +188,7 @@ def tables(result: dict[str, Any]) -> list[_common.Table]:
             ],
             rows=rows,
             notes=[
-                "Variants: "
-                + "; ".join(
-                    f"{name} = {label}" for name, label in result["variants"].items()
-                )
-                + ".",
+                _common.variants_note(result["variants"]),
                 "Medians over the repetitions, from the start of the shutdown until "
                 "every child has ended; first child out (wall time): until the "
                 "first child left its loop.",

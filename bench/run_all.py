@@ -46,25 +46,16 @@ BENCHMARKS = {
     "nested_shutdown": "bench_nested_shutdown",
     "websocket_drain": "bench_websocket_drain",
 }
-# Scripts that may be missing; the others must import.
-OPTIONAL = {"websocket_drain": "6. WebSocket drain"}
 
 
-def load(key: str) -> ModuleType | str:
-    """Import a benchmark script, or say why an optional one cannot run."""
-    module = BENCHMARKS[key]
-    if key not in OPTIONAL:
-        return importlib.import_module(module)
-    if not (BENCH / f"{module}.py").exists():
-        return f"not run: bench/{module}.py does not exist"
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        return f"not run: importing bench/{module}.py failed: {exc}"
+def load(key: str) -> ModuleType:
+    """Import a benchmark script."""
+    return importlib.import_module(BENCHMARKS[key])
 
 
 def run_benchmark(benchmark: ModuleType, *, quick: bool, gc_enabled: bool) -> Any:
-    # Optional scripts may not take every option.
+    # The WebSocket drain measures other processes: --no-gc does not reach
+    # them, and its script takes no such option.
     accepted = inspect.signature(benchmark.run).parameters
     options = {"quick": quick, "gc_enabled": gc_enabled}
     return benchmark.run(**{k: v for k, v in options.items() if k in accepted})
@@ -88,10 +79,6 @@ def measure(keys: list[str], *, quick: bool, gc_enabled: bool) -> dict[str, Any]
     }
     for number, key in enumerate(keys, 1):
         benchmark = load(key)
-        if isinstance(benchmark, str):
-            print(f"[{number}/{len(keys)}] {key}: {benchmark}", file=sys.stderr)
-            results["benchmarks"][key] = {"title": OPTIONAL[key], "absent": benchmark}
-            continue
         print(f"[{number}/{len(keys)}] {key} ...", file=sys.stderr, flush=True)
         began = time.monotonic()
         results["benchmarks"][key] = run_benchmark(
@@ -106,21 +93,6 @@ def measure(keys: list[str], *, quick: bool, gc_enabled: bool) -> dict[str, Any]
     return results
 
 
-def _generic_table(title: str, result: Any) -> _common.Table:
-    """A results dict as key/value rows, for scripts that make no tables."""
-    rows: list[list[str]] = []
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                walk(f"{prefix}.{key}" if prefix else str(key), item)
-        else:
-            rows.append([prefix, json.dumps(value)])
-
-    walk("", result)
-    return _common.Table(title=title, columns=["key", "value"], rows=rows)
-
-
 def report(
     results: dict[str, Any],
 ) -> tuple[list[_common.Table], list[_common.Goal]]:
@@ -128,22 +100,9 @@ def report(
     tables: list[_common.Table] = []
     goals: list[_common.Goal] = []
     for key, result in results["benchmarks"].items():
-        if "absent" in result:
-            tables.append(
-                _common.Table(
-                    title=result["title"], columns=["status"], rows=[[result["absent"]]]
-                )
-            )
-            continue
         benchmark = load(key)
-        if isinstance(benchmark, str):
-            raise RuntimeError(f"cannot render the results of {key}: {benchmark}")
-        if hasattr(benchmark, "tables"):
-            tables.extend(benchmark.tables(result))
-        else:
-            tables.append(_generic_table(result.get("title", key), result))
-        if hasattr(benchmark, "goals"):
-            goals.extend(benchmark.goals(result))
+        tables.extend(benchmark.tables(result))
+        goals.extend(benchmark.goals(result))
     return tables, goals
 
 

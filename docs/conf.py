@@ -42,9 +42,39 @@ plot_formats = [("png", 100)]
 
 default_role = "obj"
 nitpicky = True
-# The build runs offline, so names from other projects (Trio, the standard
-# library) cannot be resolved; every reference to this package must be.
-nitpick_ignore_regex = [(r"py:.*", r"(?!trio_graceful\b).*")]
+# The build runs offline, so names from other projects cannot be resolved;
+# every reference to this package must be, short names included.
+_EXTERNAL = [
+    "trio",
+    "trio_websocket",
+    "trio_asyncio",
+    "websockets",
+    "outcome",
+    "attrs",
+    "anyio",
+    "matplotlib",
+    "exceptiongroup",
+    "asyncio",
+    "collections",
+    "contextlib",
+    "enum",
+    "functools",
+    "gc",
+    "io",
+    "logging",
+    "math",
+    "os",
+    "selectors",
+    "signal",
+    "socket",
+    "subprocess",
+    "sys",
+    "threading",
+    "tracemalloc",
+    "types",
+    "typing",
+]
+nitpick_ignore_regex = [(r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?")]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"  # the docstrings say it in words, Trio-style

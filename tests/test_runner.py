@@ -8,6 +8,7 @@ tested with subprocesses in test_runner_realtime.py.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import signal
@@ -191,6 +192,58 @@ def test_second_signal_hard_cancels_at_once(caplog):
         ("WARNING", "SIGTERM: shutting down (grace 10 s)"),
         ("WARNING", "forcing: SIGTERM again"),
     ]
+
+
+# -- the garbage collector during a shutdown ----------------------------------------
+
+
+def collector_state() -> tuple[bool, bool]:
+    """Whether anything is frozen, and whether the collector is enabled."""
+    return gc.get_freeze_count() > 0, gc.isenabled()
+
+
+def test_a_shutdown_freezes_the_heap_and_a_forced_one_pauses_the_collector():
+    seen: list[tuple[str, tuple[bool, bool]]] = []
+
+    async def main() -> None:
+        _, inbox = current_runner().root.open_inbox()
+        seen.append(("running", collector_state()))
+        signal.raise_signal(signal.SIGTERM)
+        assert await inbox.receive() is STOP
+        seen.append(("draining", collector_state()))
+        try:
+            await trio.sleep_forever()
+        finally:
+            seen.append(("unwinding", collector_state()))
+
+    assert collector_state() == (False, True)
+    assert run(main, grace=5) == 143
+    assert seen == [
+        ("running", (False, True)),
+        ("draining", (True, True)),
+        ("unwinding", (True, False)),
+    ]
+    assert collector_state() == (False, True)
+
+
+def test_a_program_that_froze_objects_itself_keeps_its_freeze():
+    seen: list[int] = []
+
+    async def main() -> None:
+        seen.append(gc.get_freeze_count())
+        current_runner().request_shutdown()
+        await trio.sleep(1)
+        seen.append(gc.get_freeze_count())
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        assert run(main) == 0
+        assert seen == [frozen, frozen]
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
 
 
 def test_signal_during_a_shutdown_that_had_begun_forces_on_the_next():

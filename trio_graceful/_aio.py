@@ -11,7 +11,7 @@ again, for ever. Trio's is level-triggered: once a scope is cancelled,
 every checkpoint in it raises. A child must obey the bundle's hard deadline,
 so after a hard cancel the task's coroutine is driven by `_refusing_waits`,
 which cancels every further wait it starts (asyncio code then sees a
-`CancelledError` at each ``await`` that would block, as Trio code sees
+`asyncio.CancelledError` at each ``await`` that would block, as Trio code sees
 `trio.Cancelled`). Awaits of things already done, and code between awaits,
 still run, so ``finally`` blocks and ``except CancelledError`` clauses
 unwind as usual.
@@ -174,9 +174,9 @@ def _refusing_waits(
     A coroutine waits by yielding a future (or None, for ``asyncio.sleep(0)``)
     up to its Task. After a hard cancel, a yielded future is cancelled before
     it is passed on, so the Task wakes the coroutine with its outcome: a
-    `CancelledError`, or the result of an operation that completed anyway
+    `asyncio.CancelledError`, or the result of an operation that completed anyway
     (cancel-safe operations must not lose it). Anything that cannot be
-    cancelled gets a `CancelledError` thrown in at once.
+    cancelled gets a `asyncio.CancelledError` thrown in at once.
     """
     send: Callable[[Any], Any] = coro.send
     value: Any = None
@@ -220,7 +220,7 @@ async def run_asyncio(
       caller) cancels the task: the asyncio code sees `asyncio.CancelledError`
       and unwinds through its ``finally`` blocks, then `run_asyncio` raises
       `trio.Cancelled`. From then on every wait the task starts is cancelled
-      too, so a task that catches `CancelledError` and tries to go on still
+      too, so a task that catches `asyncio.CancelledError` and tries to go on still
       ends by the deadline. Graceful work (a protocol's goodbye) belongs
       after STOP, not in the cleanup after a hard cancel.
     * Its result is returned and its exception raised, as a Trio child's.

@@ -71,7 +71,7 @@ class ExitCodes:
     """``main``, a root task or a service raised after the program was ready."""
 
     startup_failed: int = attrs.field(default=1, validator=_check_status)
-    """The program never became ready: an error or a timeout during startup."""
+    """The program never became ready, after an error or a timeout during startup."""
 
     emergency: int = attrs.field(default=128 + signal.SIGKILL, validator=_check_status)
     """The watchdog ended the process with ``os._exit``."""

@@ -14,7 +14,7 @@ class ChildOutcome(enum.Enum):
     """The child returned by itself before the bundle hard-cancelled it."""
 
     CANCELLED = "cancelled"
-    """The child was hard-cancelled: it ended after the hard cancel reached it."""
+    """The child was hard-cancelled; it ended after the hard cancel reached it."""
 
     RAISED = "raised"
     """The child raised an exception other than `trio.Cancelled`."""
@@ -67,7 +67,7 @@ class CancelReport:
     """When the last child ended, in Trio time."""
 
     hard_deadline: float
-    """The hard deadline, in Trio time: the earliest ``started + grace`` asked for."""
+    """The hard deadline in Trio time, the earliest ``started + grace`` asked for."""
 
     hard_cancelled_at: float | None
     """When the children were hard-cancelled, or `None` if they all ended in time."""

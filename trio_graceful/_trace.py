@@ -67,17 +67,18 @@ class TraceEvent:
     first ran: ``handler``, ``handler#2``, ``handler#3``..."""
 
     grace: float | None = None
-    """`CANCEL_STARTED`: the grace asked for."""
+    """For `TraceKind.CANCEL_STARTED`, the grace asked for."""
 
     deadline: float | None = None
-    """`CANCEL_STARTED` and `HARD_CANCEL`: the hard deadline, in Trio time."""
+    """For `TraceKind.CANCEL_STARTED` and `TraceKind.HARD_CANCEL`, the hard
+    deadline in Trio time."""
 
     outcome: ChildOutcome | None = None
-    """`CHILD_ENDED`: how the child ended."""
+    """For `TraceKind.CHILD_ENDED`, how the child ended."""
 
     detail: str | None = None
-    """A human-readable detail: the error of a raising child, why a hard
-    cancel happened, the summary of a finished cancellation."""
+    """A human-readable detail, such as the error of a raising child, why a
+    hard cancel happened or the summary of a finished cancellation."""
 
 
 TraceHook = Callable[[TraceEvent], object]
@@ -247,18 +248,11 @@ def enclosing_bundle_path(task: trio.lowlevel.Task, *, bodies: bool = True) -> s
     With ``bodies=False`` the bundles whose body ``task`` itself runs are
     skipped: they are inside the task, not around it.
     """
-    if not bodies:
-        nursery = task.parent_nursery or task.eventual_parent_nursery
-        if nursery is None:
-            return ""
-        path = _path_of_nursery.get(nursery)
-        if path is not None:
-            return path
-        task = nursery.parent_task
     while True:
-        opened = _body_paths.get(task)
+        opened = _body_paths.get(task) if bodies else None
         if opened:
             return opened[-1]
+        bodies = True  # every task further up: its bodies are around ``task``
         nursery = task.parent_nursery or task.eventual_parent_nursery
         if nursery is None:
             return ""
