@@ -194,6 +194,33 @@ def test_second_signal_hard_cancels_at_once(caplog):
     ]
 
 
+def test_lifecycle_transitions_are_traced():
+    changes: list[tuple[float, str | None]] = []
+
+    def hook(event: trio_graceful.TraceEvent) -> None:
+        if event.kind is trio_graceful.TraceKind.STATE_CHANGED:
+            assert event.bundle == ""
+            changes.append((event.time, event.detail))
+
+    async def main() -> None:
+        trio_graceful.add_trace_hook(hook)
+        runner = current_runner()
+        runner.lifecycle.degrade("disk full")
+        await trio.sleep(1)
+        runner.lifecycle.recover()
+        await trio.sleep(1)
+        signal.raise_signal(signal.SIGTERM)
+        await trio.sleep(1)
+
+    assert run(main, name="svc") == 0
+    assert changes == [
+        (0, "svc: ready -> degraded (disk full)"),
+        (1, "svc: degraded -> ready (recovered)"),
+        (2, "svc: ready -> shutting down (SIGTERM)"),
+        (3, "svc: shutting down -> terminated (exit status 0)"),
+    ]
+
+
 # -- the garbage collector during a shutdown ----------------------------------------
 
 
@@ -212,12 +239,14 @@ def test_a_shutdown_freezes_the_heap_and_a_forced_one_pauses_the_collector():
         assert await inbox.receive() is STOP
         seen.append(("draining", collector_state()))
         try:
+            await trio.sleep(1)
+            signal.raise_signal(signal.SIGTERM)  # forces the shutdown
             await trio.sleep_forever()
         finally:
             seen.append(("unwinding", collector_state()))
 
     assert collector_state() == (False, True)
-    assert run(main, grace=5) == 143
+    assert run(main) == 143
     assert seen == [
         ("running", (False, True)),
         ("draining", (True, True)),

@@ -39,7 +39,10 @@ pytestmark = pytest.mark.realtime
 EXAMPLE = EXAMPLES / "websocket_close_server.py"
 SHUTTING_DOWN = (1001, "the server is shutting down")
 RECEIVED = r": received request (\d+) "
-TIMEOUT = 60  # generous: a bound against hangs, not a measurement
+TIMEOUT = 120  # generous: a bound against hangs, not a measurement
+# Rounds per test: each with a server process of its own, run side by side,
+# enough to show that the outcome does not depend on timing.
+ROUNDS = 10
 
 
 @attrs.define(eq=False)
@@ -208,7 +211,7 @@ async def test_signal_drains_every_received_request_then_closes_1001(signum):
             f"{completed} completed during the drain, 0 left unanswered"
         ), server.log()
 
-    await run_rounds(one_round, 3)
+    await run_rounds(one_round, ROUNDS)  # per signal: 20 in all
 
 
 async def test_signal_amid_continuous_requests_drops_nothing_received():
@@ -244,7 +247,7 @@ async def test_signal_amid_continuous_requests_drops_nothing_received():
             server.lines[-1],
         ), server.log()
 
-    await run_rounds(one_round, 6)
+    await run_rounds(one_round, ROUNDS)
 
 
 SIGNAL_PAIRS = [
@@ -277,7 +280,7 @@ async def test_second_signal_ends_the_process_at_once():
     # one at a time, so that no round's exit is timed while other processes
     # start or stop. The clients are passive sockets: nothing else runs here
     # while an exit is timed.
-    rounds = 8
+    rounds = 2 * ROUNDS
     ready: list[int] = []
     all_ready = trio.Event()
     turn = trio.Lock()
@@ -366,7 +369,7 @@ async def test_grace_hard_closes_a_client_that_never_answers_close():
             assert result.clean
         assert "2 connections closed gracefully, 1 hard-closed;" in server.lines[-1]
 
-    await run_rounds(one_round, 2)
+    await run_rounds(one_round, ROUNDS)
 
 
 async def test_demo_runs_and_reports():

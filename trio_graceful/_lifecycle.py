@@ -28,6 +28,7 @@ from typing import Final, cast, final
 import attrs
 import trio
 
+from ._trace import TraceKind, emit, tracing
 from ._util import NoPublicConstructor
 
 logger = logging.getLogger("trio_graceful.lifecycle")
@@ -269,12 +270,10 @@ class Lifecycle(metaclass=NoPublicConstructor):
             level = logging.INFO
         else:
             level = logging.DEBUG
-        logger.log(
-            level,
-            "%s: %s -> %s%s",
-            self._name,
-            source.value,
-            target.value,
-            f" ({reason})" if reason else "",
+        change = f"{self._name}: {source.value} -> {target.value}" + (
+            f" ({reason})" if reason else ""
         )
+        logger.log(level, "%s", change)
+        if tracing.active:
+            emit(TraceKind.STATE_CHANGED, "", detail=change)
         return target

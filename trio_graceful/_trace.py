@@ -42,6 +42,7 @@ class TraceKind(enum.Enum):
     CANCEL_STARTED = "cancel started"
     HARD_CANCEL = "hard cancel"
     CANCEL_FINISHED = "cancel finished"
+    STATE_CHANGED = "state changed"
 
 
 @attrs.frozen
@@ -57,7 +58,8 @@ class TraceEvent:
 
     bundle: str
     """The path of the bundle concerned, like ``"root/connections"``; for an
-    inbox event, the nearest bundle around the task (``""`` if none)."""
+    inbox event, the nearest bundle around the task (``""`` if none); ``""``
+    for `TraceKind.STATE_CHANGED`."""
 
     task: str | None = None
     """The path of the task concerned (``"root/connections/handler"``):
@@ -78,7 +80,9 @@ class TraceEvent:
 
     detail: str | None = None
     """A human-readable detail, such as the error of a raising child, why a
-    hard cancel happened or the summary of a finished cancellation."""
+    hard cancel happened, the summary of a finished cancellation, or for
+    `TraceKind.STATE_CHANGED` the program's transition, like
+    ``"svc: ready -> shutting down (SIGTERM)"``."""
 
 
 TraceHook = Callable[[TraceEvent], object]
