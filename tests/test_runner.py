@@ -225,12 +225,13 @@ def test_lifecycle_transitions_are_traced():
 
 
 def collector_state() -> tuple[bool, bool]:
-    """Whether anything is frozen, and whether the collector is enabled."""
-    return gc.get_freeze_count() > 0, gc.isenabled()
+    """Whether full collections are put off, and whether the collector is on."""
+    return gc.get_threshold()[2] > 1000, gc.isenabled()
 
 
-def test_a_shutdown_freezes_the_heap_and_a_forced_one_pauses_the_collector():
+def test_a_shutdown_puts_off_full_collections_and_a_forced_one_pauses_them_all():
     seen: list[tuple[str, tuple[bool, bool]]] = []
+    before = gc.get_threshold()
 
     async def main() -> None:
         _, inbox = current_runner().root.open_inbox()
@@ -252,27 +253,26 @@ def test_a_shutdown_freezes_the_heap_and_a_forced_one_pauses_the_collector():
         ("draining", (True, True)),
         ("unwinding", (True, False)),
     ]
-    assert collector_state() == (False, True)
+    assert gc.get_threshold() == before
+    assert gc.isenabled()
 
 
-def test_a_program_that_froze_objects_itself_keeps_its_freeze():
-    seen: list[int] = []
+def test_a_program_that_turned_automatic_collection_off_keeps_it_off():
+    seen: list[tuple[int, int, int]] = []
 
     async def main() -> None:
-        seen.append(gc.get_freeze_count())
         current_runner().request_shutdown()
         await trio.sleep(1)
-        seen.append(gc.get_freeze_count())
+        seen.append(gc.get_threshold())
 
-    gc.freeze()
+    before = gc.get_threshold()
+    gc.set_threshold(0, before[1], before[2])
     try:
-        frozen = gc.get_freeze_count()
-        assert frozen > 0
         assert run(main) == 0
-        assert seen == [frozen, frozen]
-        assert gc.get_freeze_count() == frozen
+        assert seen == [(0, before[1], before[2])]
+        assert gc.get_threshold() == (0, before[1], before[2])
     finally:
-        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 def test_signal_during_a_shutdown_that_had_begun_forces_on_the_next():

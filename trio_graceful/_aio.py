@@ -176,7 +176,7 @@ def _refusing_waits(
     it is passed on, so the Task wakes the coroutine with its outcome: a
     `asyncio.CancelledError`, or the result of an operation that completed anyway
     (cancel-safe operations must not lose it). Anything that cannot be
-    cancelled gets a `asyncio.CancelledError` thrown in at once.
+    cancelled gets an `asyncio.CancelledError` thrown in at once.
     """
     send: Callable[[Any], Any] = coro.send
     value: Any = None
