@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -28,6 +28,23 @@ async def capture(fn: Callable[[], Any]) -> BaseException | None:
     except BaseException as exc:
         return exc
     return None
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def only_child_error(got: BaseException | None, kind: type[E]) -> E:
+    """Check that ``got`` is what a plain nursery raises when one child raised
+    ``kind``, and return that exception."""
+    assert shape(got) == (
+        "ExceptionGroup",
+        "Exceptions from Trio nursery",
+        [kind.__name__],
+    )
+    assert isinstance(got, BaseExceptionGroup)
+    error = got.exceptions[0]
+    assert isinstance(error, kind)
+    return error
 
 
 class StepCounter(trio.abc.Instrument):
