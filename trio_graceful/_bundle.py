@@ -45,7 +45,7 @@ from ._trace import (
     tracing,
     unregister_bundle,
 )
-from ._util import NoPublicConstructor, check_seconds
+from ._util import NoPublicConstructor, check_seconds, in_trio_run
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -502,11 +502,7 @@ class Bundle(metaclass=NoPublicConstructor):
     # -- internals --------------------------------------------------------------
 
     def _check_caller(self, method: str) -> None:
-        try:
-            token = trio.lowlevel.current_trio_token()
-        except RuntimeError:
-            token = None
-        if token is not self._token:
+        if not in_trio_run(self._token):
             raise RuntimeError(
                 f"Bundle.{method}() must be called from the Trio run that owns "
                 f"bundle {self._name!r}; from another thread use "

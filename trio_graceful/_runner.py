@@ -55,7 +55,7 @@ from ._bundle import Bundle, open_bundle
 from ._exitcodes import ExitCodes
 from ._lifecycle import Event, Lifecycle, LifecycleState
 from ._services import ServiceStack, StartedStatus
-from ._util import NoPublicConstructor, check_seconds
+from ._util import NoPublicConstructor, check_seconds, in_trio_run
 from ._watchdog import Watchdog, signal_name
 
 if TYPE_CHECKING:
@@ -600,11 +600,7 @@ class _Run:
         self.lifecycle._transition(event, reason)  # pyright: ignore[reportPrivateUsage]
 
     def check_thread(self, method: str) -> None:
-        try:
-            token = trio.lowlevel.current_trio_token()
-        except RuntimeError:
-            token = None
-        if token is not self.token:
+        if not in_trio_run(self.token):
             raise RuntimeError(
                 f"Runner.{method}() must be called from the Trio thread of "
                 f"program {self.name!r}; from another thread use "

@@ -6,6 +6,8 @@ import math
 from abc import ABCMeta
 from typing import TypeVar
 
+import trio
+
 T = TypeVar("T")
 
 
@@ -57,3 +59,11 @@ def check_buffer_size(value: object) -> int | float:
     if value < 0:
         raise ValueError(f"max_buffer_size must be >= 0, not {value!r}")
     return value
+
+
+def in_trio_run(token: trio.lowlevel.TrioToken | None) -> bool:
+    """Tell whether the caller runs in the Trio thread of the run of ``token``."""
+    try:
+        return trio.lowlevel.current_trio_token() is token
+    except RuntimeError:  # not in a Trio run at all
+        return False
