@@ -16,16 +16,29 @@ DOCS = Path(__file__).parent.parent / "docs"
 NOTEBOOKS = sorted((DOCS / "notebooks").glob("*.ipynb"))
 
 
-def text_outputs(notebook: nbformat.NotebookNode) -> list[list[str]]:
-    return [
-        [
-            output.get("text", "") + output.get("data", {}).get("text/plain", "")
-            for output in cell.outputs
-            if output.output_type in ("stream", "execute_result")
-        ]
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-    ]
+def text_outputs(notebook: nbformat.NotebookNode) -> list[dict[str, str]]:
+    """Each code cell's text, per stream, joined.
+
+    The kernel may split one write into several stream outputs (or merge
+    several), depending on timing, so only the joined text is compared.
+    """
+    cells: list[dict[str, str]] = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        text: dict[str, str] = {}
+        for output in cell.outputs:
+            if output.output_type == "stream":
+                key = output.name
+                value = output.text
+            elif output.output_type == "execute_result":
+                key = "result"
+                value = output.get("data", {}).get("text/plain", "")
+            else:
+                continue
+            text[key] = text.get(key, "") + value
+        cells.append(text)
+    return cells
 
 
 def test_every_notebook_is_in_the_docs():

@@ -16,6 +16,8 @@ from typing import final
 import attrs
 import trio
 
+from ._util import check_name
+
 
 class BusyError(trio.WouldBlock):
     """Raised when an `AdmissionGate`'s quota is full.
@@ -41,8 +43,7 @@ def _check_name(
     instance: object, attribute: attrs.Attribute[str | None], value: object
 ) -> None:
     del instance
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{attribute.alias} must be a string or None, not {value!r}")
+    check_name(value, argument=attribute.alias or attribute.name)
 
 
 @attrs.frozen

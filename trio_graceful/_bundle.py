@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import functools
-import inspect
 import logging
 import math
 import sys
@@ -45,7 +44,16 @@ from ._trace import (
     tracing,
     unregister_bundle,
 )
-from ._util import NoPublicConstructor, check_seconds, in_trio_run
+from ._util import (
+    ForwardingTaskStatus,
+    NoPublicConstructor,
+    as_group,
+    check_name,
+    check_seconds,
+    first_leaf,
+    in_trio_run,
+    is_async_def,
+)
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -66,15 +74,8 @@ def is_cancellation(exc: BaseException) -> bool:
     """True if ``exc`` is `trio.Cancelled`, or a group holding only Cancelled."""
     if isinstance(exc, trio.Cancelled):
         return True
-    group = _as_group(exc)
+    group = as_group(exc)
     return group is not None and group.split(trio.Cancelled)[1] is None
-
-
-def _as_group(exc: object) -> BaseExceptionGroup[BaseException] | None:
-    # isinstance() alone narrows to BaseExceptionGroup[Unknown].
-    if isinstance(exc, BaseExceptionGroup):
-        return cast("BaseExceptionGroup[BaseException]", exc)
-    return None
 
 
 def check_child_of(bundle: Bundle, caller: str) -> None:
@@ -94,11 +95,6 @@ def _given(coro: Awaitable[object]) -> Awaitable[object]:
     return coro
 
 
-def _is_async_def(fn: object) -> bool:
-    code = getattr(fn, "__code__", None)
-    return code is not None and bool(code.co_flags & inspect.CO_COROUTINE)
-
-
 def _prepare(
     async_fn: Callable[..., Awaitable[object]], args: tuple[object, ...]
 ) -> tuple[Callable[..., Awaitable[object]], tuple[object, ...]]:
@@ -112,7 +108,7 @@ def _prepare(
     candidate: object = async_fn
     if isinstance(candidate, functools.partial):
         partial = cast("functools.partial[object]", candidate)
-        if _is_async_def(partial.func):
+        if is_async_def(partial.func):
             return async_fn, args
     if isinstance(candidate, collections.abc.Coroutine):
         coro_object = cast(
@@ -133,21 +129,6 @@ def _prepare(
             f"{coro!r} instead of a coroutine; is it missing 'async'?"
         )
     return _given, (cast("collections.abc.Coroutine[object, object, object]", coro),)
-
-
-@final
-@attrs.define(eq=False, slots=False)
-class _ChildStatus(trio.TaskStatus[Any]):
-    """Forwards ``task_status.started()`` and remembers that it happened."""
-
-    _real: trio.TaskStatus[Any]
-    _on_started: Callable[[], object]
-    was_started: bool = False
-
-    def started(self, value: Any = None) -> None:
-        self._real.started(value)
-        self.was_started = True
-        self._on_started()
 
 
 @attrs.define(eq=False)
@@ -290,8 +271,7 @@ class Bundle(metaclass=NoPublicConstructor):
             raise RuntimeError(self._closed_reason)
         if name is None:
             name = async_fn
-        code = getattr(async_fn, "__code__", None)
-        if code is None or not code.co_flags & inspect.CO_COROUTINE:
+        if not is_async_def(async_fn):
             async_fn, args = _prepare(async_fn, args)  # type: ignore[assignment]
         self._inner.start_soon(self._run_child, async_fn, args, name=name)
         self._live += 1
@@ -787,18 +767,20 @@ class Bundle(metaclass=NoPublicConstructor):
         scope = trio.CancelScope(deadline=self._hard_deadline)
         if self._hard_cancelled_at is not None:
             scope.cancel(f"bundle {self._name!r} was already hard-cancelled")
-        status = _ChildStatus(task_status, functools.partial(self._child_ready, scope))
+        status = ForwardingTaskStatus(
+            task_status, functools.partial(self._child_ready, scope)
+        )
         self._start_scopes.add(scope)
         with scope:
             try:
                 await async_fn(*args, task_status=status)
             except BaseException as exc:
                 self._start_scopes.discard(scope)
-                self._child_ended(exc, member=status.was_started)
+                self._child_ended(exc, member=status.started_called)
                 raise
         self._start_scopes.discard(scope)
-        self._child_ended(None, member=status.was_started)
-        if scope.cancelled_caught and not status.was_started:
+        self._child_ended(None, member=status.started_called)
+        if scope.cancelled_caught and not status.started_called:
             raise RuntimeError(
                 f"bundle {self._name!r} was hard-cancelled before "
                 f"{trio.lowlevel.current_task().name!r} called task_status.started()"
@@ -894,11 +876,11 @@ class _BundleManager:
         Cancelled becomes a single Cancelled, so that callers cancelled out
         of a bundle see a plain `trio.Cancelled`.
         """
-        outer = _as_group(raised)
+        outer = as_group(raised)
         if outer is None:
             return raised
         flat = outer
-        inner = _as_group(self._children_error)
+        inner = as_group(self._children_error)
         if inner is not None:
             # The outer cancel scope may have rebuilt the host's group while
             # stripping Cancelled, so recognise it by its leaves, which are
@@ -906,7 +888,7 @@ class _BundleManager:
             inner_leaves = _leaf_ids(inner)
             leaves: list[BaseException] = []
             for e in outer.exceptions:
-                group = _as_group(e)
+                group = as_group(e)
                 if group is not None and _leaf_ids(group) <= inner_leaves:
                     leaves.extend(group.exceptions)
                 else:
@@ -920,24 +902,16 @@ class _BundleManager:
         if is_cancellation(flat):
             if isinstance(body_exc, trio.Cancelled):
                 return body_exc
-            return _first_leaf(flat)
+            return first_leaf(flat)
         return flat
 
 
 def _leaf_ids(group: BaseExceptionGroup[BaseException]) -> set[int]:
     ids: set[int] = set()
     for e in group.exceptions:
-        sub = _as_group(e)
+        sub = as_group(e)
         ids.update(_leaf_ids(sub) if sub is not None else [id(e)])
     return ids
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    group = _as_group(exc)
-    while group is not None:
-        exc = group.exceptions[0]
-        group = _as_group(exc)
-    return exc
 
 
 def open_bundle(*, name: str | None = None) -> _BundleManager:
@@ -960,6 +934,4 @@ def open_bundle(*, name: str | None = None) -> _BundleManager:
     Raises:
         TypeError: if ``name`` is not a string or None.
     """
-    if not isinstance(cast("object", name), (str, type(None))):
-        raise TypeError(f"name must be a string or None, not {name!r}")
-    return _BundleManager(name)
+    return _BundleManager(check_name(name))

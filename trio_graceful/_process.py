@@ -20,9 +20,10 @@ import attrs
 import trio
 
 from ._bundle import check_child_of, is_cancellation
+from ._util import check_signal, first_leaf, signal_name
 
 if sys.version_info < (3, 11):  # pragma: no cover
-    from exceptiongroup import BaseExceptionGroup
+    pass
 
 if TYPE_CHECKING:
     from _typeshed import StrOrBytesPath
@@ -75,12 +76,12 @@ class _ProcessWatch(trio.TaskStatus[trio.Process]):
             return None
         steps: list[str] = []
         if self.stop_sent:
-            steps.append(f"got {_signal_name(self.stop_signal)} on STOP")
+            steps.append(f"got {signal_name(self.stop_signal)} on STOP")
         if self.killed:
             steps.append("got SIGKILL at the hard cancel")
         code = process.returncode
         if code < 0:
-            steps.append(f"ended by {_signal_name(-code)}")
+            steps.append(f"ended by {signal_name(-code)}")
         else:
             steps.append(f"exited with status {code}")
         return f"process {process.pid} ({_program(process.args)}): " + "; ".join(steps)
@@ -97,27 +98,6 @@ def _program(args: object) -> str:
     else:
         first = os.fsdecode(cast("Sequence[Any]", args)[0])
     return os.path.basename(first)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:  # real-time signals have no names of their own
-        return f"signal {number}"
-
-
-def _check_signal(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"stop_signal must be a signal number, not {value!r}")
-    if value not in signal.valid_signals():
-        raise ValueError(f"stop_signal must be a valid signal number, not {value!r}")
-    return value
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup):
-        exc = cast("BaseExceptionGroup[BaseException]", exc).exceptions[0]
-    return exc
 
 
 async def run_process(
@@ -184,7 +164,7 @@ async def run_process(
         subprocess.CalledProcessError: if ``check`` and the process failed.
         OSError: if the process could not be started.
     """
-    stop = _check_signal(stop_signal)
+    stop = check_signal(stop_signal, argument="stop_signal")
     if task_status is trio.TASK_STATUS_IGNORED:
         pipes = {"stdin": stdin, **options}
         for stream in ("stdin", "stdout", "stderr"):
@@ -211,7 +191,7 @@ async def run_process(
             )
     except BaseException as exc:
         _note_end(bundle, watch)
-        leaf = _first_leaf(exc)
+        leaf = first_leaf(exc)
         if leaf is not exc and is_cancellation(exc):
             # trio.run_process wraps its Cancelled in a group; callers
             # cancelled out of a child deserve a plain one.

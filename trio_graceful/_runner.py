@@ -54,9 +54,16 @@ import trio
 from ._bundle import Bundle, open_bundle
 from ._exitcodes import ExitCodes
 from ._lifecycle import Event, Lifecycle, LifecycleState
-from ._services import ServiceStack, StartedStatus
-from ._util import NoPublicConstructor, check_seconds, in_trio_run
-from ._watchdog import Watchdog, signal_name
+from ._services import ServiceStack
+from ._util import (
+    ForwardingTaskStatus,
+    NoPublicConstructor,
+    check_name,
+    check_seconds,
+    in_trio_run,
+    signal_name,
+)
+from ._watchdog import Watchdog
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -444,7 +451,7 @@ class _Run:
     async def _main_task(
         self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        status = StartedStatus(task_status, self._main_became_ready)
+        status = ForwardingTaskStatus(task_status, self._main_became_ready)
         try:
             if self.takes_task_status:
                 result = await self.main(*self.args, task_status=status)
@@ -722,8 +729,7 @@ def run(
         raise TypeError(f"main must be an async function, not {main!r}")
     if not isinstance(cast("object", exit_codes), ExitCodes):
         raise TypeError(f"exit_codes must be an ExitCodes, not {exit_codes!r}")
-    if not isinstance(cast("object", name), (str, type(None))):
-        raise TypeError(f"name must be a string or None, not {name!r}")
+    check_name(name)
     if second_signal not in ("force", "exit"):
         raise ValueError(
             f'second_signal must be "force" or "exit", not {second_signal!r}'

@@ -28,26 +28,11 @@ import trio
 
 from ._bundle import Bundle
 from ._inbox import InboxReceiver, InboxSender, open_inbox
+from ._util import ForwardingTaskStatus, check_name
 
 logger = logging.getLogger("trio_graceful.runner")
 
 T = TypeVar("T")
-
-
-@final
-@attrs.define(eq=False, slots=False)
-class StartedStatus(trio.TaskStatus[Any]):
-    """Forwards ``task_status.started()`` and remembers that it was called."""
-
-    _real: trio.TaskStatus[Any]
-    _on_started: Callable[[], object] | None = None
-    started_called: bool = False
-
-    def started(self, value: Any = None) -> None:
-        self._real.started(value)
-        self.started_called = True
-        if self._on_started is not None:
-            self._on_started()
 
 
 def _name_of(async_fn: Callable[..., object]) -> str:
@@ -116,8 +101,7 @@ class ServiceStack:
             RuntimeError: if the stack is closed.
             Exception: whatever the service raised before it was ready.
         """
-        if not isinstance(cast("object", name), (str, type(None))):
-            raise TypeError(f"name must be a string or None, not {name!r}")
+        check_name(name)
         if self._closed_reason is not None:
             raise RuntimeError(self._closed_reason)
         service = name if name is not None else _name_of(async_fn)
@@ -184,7 +168,7 @@ class ServiceStack:
         *,
         task_status: trio.TaskStatus[Any],
     ) -> None:
-        status = StartedStatus(task_status)
+        status = ForwardingTaskStatus(task_status)
         try:
             await async_fn(inbox, *args, task_status=status)
         except Exception as exc:

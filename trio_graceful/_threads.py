@@ -29,7 +29,7 @@ import trio
 
 from ._admission import AdmissionGate, BusyError, check_positive_int
 from ._bundle import check_child_of
-from ._util import NoPublicConstructor
+from ._util import NoPublicConstructor, check_name
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -272,8 +272,7 @@ async def run_in_thread(
         TypeError: if ``name``, ``budget`` or ``gate`` has the wrong type.
         Exception: whatever ``sync_fn`` raised.
     """
-    if name is not None and not isinstance(cast("object", name), str):
-        raise TypeError(f"name must be a string or None, not {name!r}")
+    check_name(name)
     if budget is not None and not isinstance(cast("object", budget), ThreadBudget):
         raise TypeError(f"budget must be a ThreadBudget or None, not {budget!r}")
     if gate is not None and not isinstance(cast("object", gate), AdmissionGate):

@@ -47,6 +47,7 @@ from typing import Final, NoReturn
 import trio
 
 from ._tasktree import format_task_tree
+from ._util import signal_name
 
 logger = logging.getLogger("trio_graceful.runner")
 
@@ -55,14 +56,6 @@ REPORT_TIMEOUT: Final = 1.0
 
 # Signal numbers are never 0, so a 0 byte on the pipe only wakes the thread.
 _WAKE: Final = b"\x00"
-
-
-def signal_name(signum: int) -> str:
-    """``"SIGINT"`` for 2; the number itself for a signal Python has no name for."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 class Watchdog:
