@@ -123,11 +123,9 @@ class Bundle(metaclass=NoPublicConstructor):
     # Created when the first inbox, callback or shutdown needs it.
     _fanout: StopFanout | None = None
     # What children recorded with note() and note_abandoned(), until they end.
-    _notes: dict[trio.lowlevel.Task, _ChildNotes] = attrs.field(
-        factory=dict["trio.lowlevel.Task", _ChildNotes]
-    )
+    _notes: dict[trio.lowlevel.Task, _ChildNotes] | None = None
     # Names given to children's paths, while the children live.
-    _names: TaskNames = attrs.field(factory=TaskNames)
+    _names: TaskNames | None = None
 
     def __repr__(self) -> str:
         return (
@@ -424,6 +422,8 @@ class Bundle(metaclass=NoPublicConstructor):
                 f"{self._name!r}, not by {task!r}"
             )
         self._watch_children()  # to drop the notes when the child ends
+        if self._notes is None:
+            self._notes = {}
         return self._notes.setdefault(task, _ChildNotes())
 
     # -- what the two levels tell about the children ---------------------------------
@@ -481,6 +481,8 @@ class Bundle(metaclass=NoPublicConstructor):
     def _name_task(self, task: trio.lowlevel.Task) -> str:
         # Names are given back when the children end, so watch them.
         self._watch_children()
+        if self._names is None:
+            self._names = TaskNames()
         return self._names.take(task)
 
     def _forget(self, task: trio.lowlevel.Task) -> _ChildNotes | None:

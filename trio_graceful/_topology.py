@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from types import CoroutineType, TracebackType
-from typing import TYPE_CHECKING, Any, cast, final
+from types import CoroutineType, FunctionType, MethodType, TracebackType
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 import attrs
 import trio
@@ -64,6 +64,9 @@ def is_cancellation(exc: BaseException) -> bool:
     return group is not None and group.split(trio.Cancelled)[1] is None
 
 
+_FUNCTION_TYPES: Final = frozenset({FunctionType, MethodType})
+
+
 def check_async_fn(async_fn: object, method: str) -> None:
     """Refuse what cannot be an async function, before anything starts.
 
@@ -95,7 +98,8 @@ def coroutine_of(
         TypeError: if ``async_fn`` is not an async function (see
             `check_async_fn`), or it takes other arguments.
     """
-    check_async_fn(async_fn, method)
+    if type(async_fn) not in _FUNCTION_TYPES:  # the common case, kept cheap
+        check_async_fn(async_fn, method)
     coro: object = async_fn(*args)
     if type(coro) is CoroutineType or isinstance(coro, Coroutine):
         return cast("Coroutine[object, object, object]", coro)
