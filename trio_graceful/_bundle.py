@@ -452,7 +452,7 @@ class Bundle(metaclass=NoPublicConstructor):
         if cancellation is None and not tracing.active:
             self._forget(task)
             return
-        outcome = outcome_of(exc)
+        outcome = outcome_of(exc, self._levels)
         if tracing.active:
             emit(
                 TraceKind.CHILD_ENDED,

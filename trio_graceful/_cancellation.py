@@ -29,16 +29,20 @@ from ._trace import TraceKind, emit, logger, tracing
 PROGRESS_INTERVAL = 2.0
 
 
-def outcome_of(exc: BaseException | None) -> ChildOutcome:
-    """How the calling child task ended, returning (None) or raising ``exc``.
+def outcome_of(exc: BaseException | None, levels: TwoLevelNursery) -> ChildOutcome:
+    """How the calling child task of ``levels`` ended, returning or raising ``exc``.
 
-    A child that returned while a cancellation of it was in effect swallowed
+    A child that returned while a hard cancel of it was in effect swallowed
     the `trio.Cancelled` it was given: it counts as hard-cancelled.
     """
-    if exc is None:
-        cancelled = trio.current_effective_deadline() == -math.inf
-        return ChildOutcome.CANCELLED if cancelled else ChildOutcome.FINISHED
-    return ChildOutcome.CANCELLED if is_cancellation(exc) else ChildOutcome.RAISED
+    if exc is not None:
+        return ChildOutcome.CANCELLED if is_cancellation(exc) else ChildOutcome.RAISED
+    # Walking the cancel scopes is the costly part: only when one was cancelled.
+    if (
+        levels.children_cancel_called or levels.outer.cancel_scope.cancel_called
+    ) and trio.current_effective_deadline() == -math.inf:
+        return ChildOutcome.CANCELLED
+    return ChildOutcome.FINISHED
 
 
 @attrs.define(eq=False)
