@@ -160,15 +160,21 @@ def _ratio(row: dict[str, Any]) -> float:
     return counts["bundle"] / counts["trio"]
 
 
+def _scenario_name(row: dict[str, Any]) -> str:
+    size = row["size"]
+    return (
+        f"{row['kind']} {size:,}" if isinstance(size, int) else f"{row['kind']} {size}"
+    )
+
+
 def tables(result: dict[str, Any]) -> list[_common.Table]:
     if not result["counted"]:
         note = "Not counted: a quick run, or Valgrind is not installed."
-        return [_common.Table(TITLE, ["scenario"], [], notes=[note])]
+        rows = [[_scenario_name(row), "ran"] for row in result["rows"]]
+        return [_common.Table(TITLE, ["scenario", "not counted"], rows, notes=[note])]
     rows = [
         [
-            f"{row['kind']} {row['size']:,}"
-            if isinstance(row["size"], int)
-            else f"{row['kind']} {row['size']}",
+            _scenario_name(row),
             f"{row['instructions']['trio']:,}",
             f"{row['instructions']['bundle']:,}",
             _common.fmt_ratio(_ratio(row)),
@@ -192,7 +198,7 @@ def goals(result: dict[str, Any]) -> list[_common.Goal]:
         return []
     return [
         _common.Goal(
-            item=f"7. instructions, {row['kind']} {row['size']}",
+            item=f"7. instructions, {_scenario_name(row)}",
             target=f"<= {_common.fmt_ratio(GOALS[row['kind']])}",
             measured=_common.fmt_ratio(_ratio(row)),
             met=_ratio(row) <= GOALS[row["kind"]],

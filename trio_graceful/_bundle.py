@@ -16,7 +16,6 @@ what is traced, and the checks on its callers.
 from __future__ import annotations
 
 import contextlib
-import enum
 import math
 from collections.abc import Callable
 from types import TracebackType
@@ -26,9 +25,9 @@ import attrs
 import trio
 
 from ._cancellation import Cancellation, outcome_of
+from ._childnotes import ChildNotes
 from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
 from ._paths import (
-    TaskNames,
     bundle_path,
     enclosing_bundle,
     is_inside,
@@ -36,6 +35,7 @@ from ._paths import (
     task_path,
     unregister,
 )
+from ._phase import BundlePhase, PhaseRecord
 from ._report import BundleStatistics, CancelReport, ChildOutcome
 from ._stopfanout import StopFanout
 from ._topology import (
@@ -60,22 +60,6 @@ if TYPE_CHECKING:
 DEFAULT_GRACE: Final = 10.0
 
 
-class BundlePhase(enum.Enum):
-    """Where a bundle is in its life."""
-
-    OPEN = "open"
-    CANCELLING = "cancelling"
-    CLOSED = "closed"
-
-
-# The phase a bundle may move to from each phase; nothing else is legal.
-_NEXT_PHASES: Final[dict[BundlePhase, frozenset[BundlePhase]]] = {
-    BundlePhase.OPEN: frozenset({BundlePhase.CANCELLING, BundlePhase.CLOSED}),
-    BundlePhase.CANCELLING: frozenset({BundlePhase.CLOSED}),
-    BundlePhase.CLOSED: frozenset(),
-}
-
-
 def check_child_of(bundle: Bundle, caller: str) -> None:
     """Raise `RuntimeError` unless the current task is a child of ``bundle``.
 
@@ -87,12 +71,6 @@ def check_child_of(bundle: Bundle, caller: str) -> None:
             f"{caller}() must be called by a child of bundle {bundle.name!r} "
             f"(a task started with its start_soon() or start()), not by {task!r}"
         )
-
-
-@attrs.define(eq=False)
-class _ChildNotes:
-    abandoned: list[str] = attrs.field(factory=list[str])
-    notes: list[str] = attrs.field(factory=list[str])
 
 
 @final
@@ -115,21 +93,18 @@ class Bundle(metaclass=NoPublicConstructor):
     _token: trio.lowlevel.TrioToken
     # The bundle around the one that opened this, when it opened.
     _parent: Bundle | None
+    _phase: PhaseRecord
     _path: str | None = None
-    _phase: BundlePhase = BundlePhase.OPEN
-    _closed_reason: str = ""
     # Created by the first cancel() call.
     _cancellation: Cancellation | None = None
     # Created when the first inbox, callback or shutdown needs it.
     _fanout: StopFanout | None = None
-    # What children recorded with note() and note_abandoned(), until they end.
-    _notes: dict[trio.lowlevel.Task, _ChildNotes] | None = None
-    # Names given to children's paths, while the children live.
-    _names: TaskNames | None = None
+    # What live children said about themselves; created when one does.
+    _notes: ChildNotes | None = None
 
     def __repr__(self) -> str:
         return (
-            f"<trio_graceful.Bundle {self._name!r} {self._phase.value}, "
+            f"<trio_graceful.Bundle {self._name!r} {self._phase.phase.value}, "
             f"{self._levels.live} children at {id(self):#x}>"
         )
 
@@ -195,8 +170,7 @@ class Bundle(metaclass=NoPublicConstructor):
             TypeError: if ``async_fn`` is not an async function, or does not
                 take these arguments.
         """
-        if self._phase is BundlePhase.CLOSED:
-            raise RuntimeError(self._closed_reason)
+        self._phase.check_open()
         coro = coroutine_of(async_fn, args, "start_soon")
         if tracing.active:
             self._watch_children()
@@ -223,8 +197,7 @@ class Bundle(metaclass=NoPublicConstructor):
             TypeError: if ``async_fn`` is not an async function (a coroutine
                 object passed instead is closed).
         """
-        if self._phase is BundlePhase.CLOSED:
-            raise RuntimeError(self._closed_reason)
+        self._phase.check_open()
         check_async_fn(async_fn, "start")
         if tracing.active:
             self._watch_children()
@@ -251,7 +224,7 @@ class Bundle(metaclass=NoPublicConstructor):
     @property
     def closed(self) -> bool:
         """True once the bundle accepts no new children."""
-        return self._phase is BundlePhase.CLOSED
+        return self._phase.phase is BundlePhase.CLOSED
 
     async def cancel(self, grace: float = DEFAULT_GRACE) -> CancelReport:
         """Cancel the children, giving them ``grace`` seconds to finish first.
@@ -360,8 +333,7 @@ class Bundle(metaclass=NoPublicConstructor):
             TypeError, ValueError: for a bad ``max_buffer_size``.
             RuntimeError: if the bundle is closed.
         """
-        if self._phase is BundlePhase.CLOSED:
-            raise RuntimeError(self._closed_reason)
+        self._phase.check_open()
         sender: InboxSender[Any]
         receiver: InboxReceiver[Any]
         state: InboxState[Any]
@@ -374,8 +346,8 @@ class Bundle(metaclass=NoPublicConstructor):
         """Return a `BundleStatistics` snapshot. Not a checkpoint."""
         return BundleStatistics(
             children_running=self._levels.live,
-            cancelling=self._phase is BundlePhase.CANCELLING,
-            closed=self._phase is BundlePhase.CLOSED,
+            cancelling=self._phase.phase is BundlePhase.CANCELLING,
+            closed=self._phase.phase is BundlePhase.CLOSED,
             hard_deadline=self.hard_deadline,
             inboxes=0 if self._fanout is None else self._fanout.inboxes,
         )
@@ -396,7 +368,7 @@ class Bundle(metaclass=NoPublicConstructor):
         """
         if not isinstance(cast("object", text), str):
             raise TypeError(f"text must be a string, not {text!r}")
-        self._notes_of_caller("note").notes.append(text)
+        self._notes_of_caller("note").note(trio.lowlevel.current_task(), text)
 
     def note_abandoned(self, what: str) -> None:
         """Record that the calling child leaves ``what`` running as it ends.
@@ -412,19 +384,18 @@ class Bundle(metaclass=NoPublicConstructor):
         """
         if not isinstance(cast("object", what), str):
             raise TypeError(f"what must be a string, not {what!r}")
-        self._notes_of_caller("note_abandoned").abandoned.append(what)
+        self._notes_of_caller("note_abandoned").note_abandoned(
+            trio.lowlevel.current_task(), what
+        )
 
-    def _notes_of_caller(self, method: str) -> _ChildNotes:
+    def _notes_of_caller(self, method: str) -> ChildNotes:
         task = trio.lowlevel.current_task()
         if task not in self:
             raise RuntimeError(
                 f"{method}() must be called by a child of bundle "
                 f"{self._name!r}, not by {task!r}"
             )
-        self._watch_children()  # to drop the notes when the child ends
-        if self._notes is None:
-            self._notes = {}
-        return self._notes.setdefault(task, _ChildNotes())
+        return self._child_notes()
 
     # -- what the two levels tell about the children ---------------------------------
 
@@ -461,13 +432,9 @@ class Bundle(metaclass=NoPublicConstructor):
                 outcome=outcome,
                 detail=repr(exc) if outcome is ChildOutcome.RAISED else None,
             )
-        notes = self._forget(task)
+        abandoned, notes = self._forget(task)
         if cancellation is not None and cancellation.child_ended(
-            task,
-            exc,
-            outcome,
-            tuple(notes.abandoned) if notes else (),
-            tuple(notes.notes) if notes else (),
+            task, exc, outcome, abandoned, notes
         ):
             self._cancel_finished()
 
@@ -479,31 +446,21 @@ class Bundle(metaclass=NoPublicConstructor):
             self._cancel_finished()
 
     def _name_task(self, task: trio.lowlevel.Task) -> str:
-        # Names are given back when the children end, so watch them.
-        self._watch_children()
-        if self._names is None:
-            self._names = TaskNames()
-        return self._names.take(task)
+        return self._child_notes().name(task)
 
-    def _forget(self, task: trio.lowlevel.Task) -> _ChildNotes | None:
-        if self._names:
-            self._names.release(task)
-        return self._notes.pop(task, None) if self._notes else None
+    def _forget(
+        self, task: trio.lowlevel.Task
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        # (abandoned, notes) of the child that ended
+        return ((), ()) if self._notes is None else self._notes.forget(task)
+
+    def _child_notes(self) -> ChildNotes:
+        if self._notes is None:
+            self._notes = ChildNotes()
+            self._watch_children()  # to forget them when the children end
+        return self._notes
 
     # -- internals --------------------------------------------------------------
-
-    def _move_to(self, phase: BundlePhase, reason: str = "") -> None:
-        if phase not in _NEXT_PHASES[self._phase]:
-            raise RuntimeError(
-                f"bundle {self._name!r} cannot go from {self._phase.value} to "
-                f"{phase.value}"
-            )
-        self._phase = phase
-        if phase is BundlePhase.CLOSED:
-            self._closed_reason = (
-                f"bundle {self._name!r} is closed: {reason}; "
-                f"no new tasks can be started"
-            )
 
     def _check_caller(self, method: str) -> None:
         if not in_trio_run(self._token):
@@ -528,8 +485,8 @@ class Bundle(metaclass=NoPublicConstructor):
             cancellation = self._cancellation = Cancellation(
                 self._levels, self._name, self.path, started_at=now
             )
-            if self._phase is BundlePhase.OPEN:
-                self._move_to(BundlePhase.CANCELLING)
+            if self._phase.phase is BundlePhase.OPEN:
+                self._phase.move_to(BundlePhase.CANCELLING)
             self._watch_children()
         cancellation.move_deadline(now + grace)
         if tracing.active:
@@ -545,8 +502,7 @@ class Bundle(metaclass=NoPublicConstructor):
         return await cancellation.wait()
 
     def _cancel_finished(self) -> None:
-        if self._phase is not BundlePhase.CLOSED:
-            self._move_to(BundlePhase.CLOSED, "cancel() has finished")
+        self._phase.close("cancel() has finished")
 
     def _opened(self) -> None:
         register(self, self.parent_task, self._levels.inner)
@@ -561,8 +517,7 @@ class Bundle(metaclass=NoPublicConstructor):
     def _block_exited(self) -> None:
         # Every child has ended: nothing more to watch (and no cycle to keep).
         self._levels.events = None
-        if self._phase is not BundlePhase.CLOSED:
-            self._move_to(BundlePhase.CLOSED, "its block has exited")
+        self._phase.close("its block has exited")
         unregister(self, self.parent_task, self._levels.inner)
         if tracing.active:
             emit(TraceKind.BUNDLE_CLOSED, self.path)
@@ -590,6 +545,7 @@ class _BundleManager:
             levels,
             trio.lowlevel.current_trio_token(),
             enclosing_bundle(task),
+            PhaseRecord(name),
         )
         bundle._opened()  # pyright: ignore[reportPrivateUsage]
         return bundle
