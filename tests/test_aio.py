@@ -40,7 +40,7 @@ async def test_result_and_arguments_and_virtual_time(autojump_clock):
         async with open_bundle() as bundle:
 
             async def child() -> None:
-                results.append(await run_asyncio(bundle, add_later, 2, 3))
+                results.append(await run_asyncio(add_later, 2, 3))
 
             bundle.start_soon(child)
         assert trio.current_time() - t0 == 5
@@ -54,7 +54,7 @@ async def test_exception_surfaces_like_a_trio_childs(autojump_clock):
 
     async def body() -> None:
         async with open_bundle() as bundle:
-            bundle.start_soon(run_asyncio, bundle, broken)
+            bundle.start_soon(run_asyncio, broken)
 
     async with trio_asyncio.open_loop():
         got = await capture(body)
@@ -71,7 +71,7 @@ async def test_started_from_asyncio_code(autojump_clock):
     async with trio_asyncio.open_loop():
         t0 = trio.current_time()
         async with open_bundle() as bundle:
-            port = await bundle.start(run_asyncio, bundle, server)
+            port = await bundle.start(run_asyncio, server)
             assert (port, trio.current_time() - t0) == (8080, 1)
             report = await bundle.shutdown(grace=5)
     assert report.graceful
@@ -96,7 +96,6 @@ async def test_asyncio_code_reads_its_inbox_up_to_stop(autojump_clock):
             send.send_nowait(message)
         bundle.start_soon(
             functools.partial(run_asyncio, inbox=inbox),
-            bundle,
             consumer,
             name="consumer",
         )
@@ -121,7 +120,7 @@ async def test_end_of_channel_ends_the_iteration_too(autojump_clock):
 
     async with trio_asyncio.open_loop(), open_bundle() as bundle:
         send, inbox = bundle.open_inbox(1)
-        bundle.start_soon(functools.partial(run_asyncio, inbox=inbox), bundle, consumer)
+        bundle.start_soon(functools.partial(run_asyncio, inbox=inbox), consumer)
         await send.send(1)
         await send.aclose()
     assert got == [1, False]
@@ -134,7 +133,7 @@ async def test_default_inbox_only_carries_stop(autojump_clock):
         got.append(await inbox.receive())
 
     async with trio_asyncio.open_loop(), open_bundle() as bundle:
-        bundle.start_soon(run_asyncio, bundle, idle)
+        bundle.start_soon(run_asyncio, idle)
         await trio.testing.wait_all_tasks_blocked()
         assert bundle.statistics().inboxes == 1
         report = await bundle.shutdown(grace=1)
@@ -163,7 +162,7 @@ async def test_until_stop_waits_on_an_asyncio_source(autojump_clock):
         queue: asyncio.Queue[str] = asyncio.Queue()
         t0 = trio.current_time()
         async with open_bundle() as bundle:
-            bundle.start_soon(run_asyncio, bundle, worker, queue)
+            bundle.start_soon(run_asyncio, worker, queue)
             await trio_asyncio.aio_as_trio(producer)(queue)
             await trio.sleep(3)
             await bundle.shutdown(grace=10)
@@ -184,7 +183,7 @@ async def test_receive_is_cancel_safe_from_asyncio(autojump_clock):
     async with trio_asyncio.open_loop(), open_bundle() as bundle:
         send, inbox = bundle.open_inbox(1)
         bundle.start_soon(
-            functools.partial(run_asyncio, inbox=inbox), bundle, impatient
+            functools.partial(run_asyncio, inbox=inbox), impatient
         )
         await trio.sleep(2)
         await send.send("late")
@@ -209,7 +208,7 @@ async def test_hard_cancel_cancels_the_task_and_it_unwinds(autojump_clock):
 
     async def child() -> None:
         try:
-            await run_asyncio(bundle, busy)
+            await run_asyncio(busy)
         except BaseException as exc:
             caught.append(exc)
             raise
@@ -241,7 +240,7 @@ async def test_task_that_swallows_cancelled_error_is_still_bounded(autojump_cloc
     async with trio_asyncio.open_loop():
         t0 = trio.current_time()
         async with open_bundle() as bundle:
-            bundle.start_soon(run_asyncio, bundle, stubborn, name="stubborn")
+            bundle.start_soon(run_asyncio, stubborn, name="stubborn")
             report = await bundle.shutdown(grace=10)  # it never reads STOP
         assert trio.current_time() - t0 == 10
     # Each wait after the deadline is cancelled at once, so the loop ends.
@@ -273,8 +272,8 @@ async def test_cleanup_waits_after_a_hard_cancel_are_cancelled_too(autojump_cloc
     async with trio_asyncio.open_loop():
         t0 = trio.current_time()
         async with open_bundle() as bundle:
-            bundle.start_soon(run_asyncio, bundle, slow_cleanup)
-            bundle.start_soon(run_asyncio, bundle, careful_cleanup)
+            bundle.start_soon(run_asyncio, slow_cleanup)
+            bundle.start_soon(run_asyncio, careful_cleanup)
             report = await bundle.cancel(grace=4)
     assert seen == [("cleanup cut short", t0 + 4)]
     assert [c.elapsed for c in report.children] == [4, 4]
@@ -291,7 +290,7 @@ async def test_task_that_swallows_and_returns_counts_as_cancelled(autojump_clock
         return "slept"  # pragma: no cover
 
     async def child() -> None:
-        results.append(await run_asyncio(bundle, stubborn))
+        results.append(await run_asyncio(stubborn))
 
     async with trio_asyncio.open_loop(), open_bundle() as bundle:
         bundle.start_soon(child)
@@ -313,7 +312,7 @@ async def test_cancelled_before_the_task_ran_never_calls_the_function(autojump_c
         async def child() -> None:
             with trio.CancelScope() as scope:
                 scope.cancel()
-                await run_asyncio(bundle, never)
+                await run_asyncio(never)
             assert scope.cancelled_caught
 
         bundle.start_soon(child)
@@ -338,7 +337,7 @@ async def test_needs_a_trio_asyncio_loop():
                     r"around the bundle with 'async with trio_asyncio.open_loop\(\):'$"
                 ),
             ):
-                await run_asyncio(bundle, noop)
+                await run_asyncio(noop)
 
         bundle.start_soon(child)
 
@@ -356,7 +355,7 @@ async def test_needs_trio_asyncio_installed(monkeypatch):
                     r"'trio-graceful\[asyncio\]'$"
                 ),
             ):
-                await run_asyncio(bundle, noop)
+                await run_asyncio(noop)
 
         bundle.start_soon(child)
 
@@ -369,7 +368,7 @@ async def test_bad_inbox():
                 TypeError,
                 match=r"^inbox must be an InboxReceiver or None, not 'inbox'$",
             ):
-                await run_asyncio(bundle, noop, inbox="inbox")  # type: ignore[arg-type]
+                await run_asyncio(noop, inbox="inbox")  # type: ignore[arg-type]
 
         bundle.start_soon(child)
 
@@ -388,7 +387,7 @@ async def test_not_a_coroutine_function():
                     r"<function .*sync at 0x[0-9a-f]+> returned 1$"
                 ),
             ):
-                await run_asyncio(bundle, sync)  # type: ignore[arg-type]
+                await run_asyncio(sync)  # type: ignore[arg-type]
 
         bundle.start_soon(child)
 
@@ -401,7 +400,7 @@ async def test_asyncio_inbox_repr_and_no_public_constructor():
 
     async with trio_asyncio.open_loop(), open_bundle() as bundle:
         _, inbox = bundle.open_inbox()
-        bundle.start_soon(functools.partial(run_asyncio, inbox=inbox), bundle, look)
+        bundle.start_soon(functools.partial(run_asyncio, inbox=inbox), look)
     assert reprs == [f"<trio_graceful.AsyncioInbox for {inbox!r}>"]
     with pytest.raises(
         TypeError, match=r"^trio_graceful.AsyncioInbox has no public constructor$"

@@ -75,7 +75,6 @@ async def start_ready(bundle, code: str, **options) -> trio.Process:
     """Start ``code`` as a child of ``bundle``; return once it said "ready"."""
     process = await bundle.start(
         functools.partial(run_process, stdout=subprocess.PIPE, **options),
-        bundle,
         python(code),
     )
     assert await read_line(process.stdout) == b"ready"
@@ -135,7 +134,7 @@ async def test_process_that_exits_by_itself_returns_its_output(mock_clock):
 
     async def child() -> None:
         results.append(
-            await run_process(bundle, python("print('hello')"), capture_stdout=True)
+            await run_process(python("print('hello')"), capture_stdout=True)
         )
 
     async with open_bundle() as bundle:
@@ -163,7 +162,7 @@ async def test_default_sigterm_death_is_not_an_error(mock_clock):
     async def child() -> None:
         # check=True, and yet: dying of the signal it was asked to stop with
         # is the expected ending.
-        results.append(await run_process(bundle, python(SLEEPS)))
+        results.append(await run_process(python(SLEEPS)))
 
     async with open_bundle() as bundle:
         bundle.start_soon(child, name="sleeper")
@@ -192,7 +191,7 @@ async def test_real_time_signals_are_named_by_number(mock_clock):
     results: list[subprocess.CompletedProcess[bytes]] = []
 
     async def child() -> None:
-        results.append(await run_process(bundle, python(SLEEPS), stop_signal=number))
+        results.append(await run_process(python(SLEEPS), stop_signal=number))
 
     async with open_bundle() as bundle:
         bundle.start_soon(child)
@@ -212,7 +211,7 @@ async def test_stop_before_the_process_started_signals_it_at_once(mock_clock):
     returncodes: list[int] = []
 
     async def late_helper() -> None:
-        completed = await run_process(bundle, python(SLEEPS))
+        completed = await run_process(python(SLEEPS))
         returncodes.append(completed.returncode)
 
     async def dispatcher() -> None:
@@ -231,7 +230,7 @@ async def test_stop_before_the_process_started_signals_it_at_once(mock_clock):
 async def test_failure_raises_called_process_error_like_a_trio_child(mock_clock):
     async def body() -> None:
         async with open_bundle() as bundle:
-            bundle.start_soon(run_process, bundle, python("raise SystemExit(3)"))
+            bundle.start_soon(run_process, python("raise SystemExit(3)"))
 
     got = await capture(body)
     error = only_child_error(got, subprocess.CalledProcessError)
@@ -244,9 +243,9 @@ async def test_death_by_another_signal_is_a_failure(mock_clock):
 
     async def child() -> None:
         with pytest.raises(subprocess.CalledProcessError) as info:
-            await run_process(bundle, python(code))
+            await run_process(python(code))
         results.append(info.value.returncode)
-        completed = await run_process(bundle, python(code), check=False)
+        completed = await run_process(python(code), check=False)
         results.append(completed.returncode)
 
     async with open_bundle() as bundle:
@@ -259,7 +258,7 @@ async def test_hard_cancel_from_outside_kills_and_raises_plain_cancelled(mock_cl
 
     async def child() -> None:
         try:
-            await run_process(bundle, python(SLEEPS))
+            await run_process(python(SLEEPS))
         except BaseException as exc:
             caught.append(exc)
             raise
@@ -277,7 +276,7 @@ async def test_hard_cancel_from_outside_kills_and_raises_plain_cancelled(mock_cl
 async def test_program_not_found_raises_os_error_plainly():
     async def child() -> None:
         with pytest.raises(FileNotFoundError):
-            await run_process(bundle, ["/nonexistent/program"])
+            await run_process(["/nonexistent/program"])
 
     async with open_bundle() as bundle:
         bundle.start_soon(child)
@@ -327,7 +326,7 @@ async def test_program_not_found_raises_os_error_plainly():
 async def test_bad_arguments_raise_before_anything_starts(kwargs, error, message):
     async def child() -> None:
         with pytest.raises(error, match=message):
-            await run_process(bundle, ["/nonexistent/program"], **kwargs)
+            await run_process(["/nonexistent/program"], **kwargs)
 
     async with open_bundle() as bundle:
         bundle.start_soon(child)
@@ -343,4 +342,4 @@ async def test_must_be_called_by_a_child_of_the_bundle():
                 r"not by <Task .+ at 0x[0-9a-f]+>$"
             ),
         ):
-            await run_process(bundle, ["/nonexistent/program"])
+            await run_process(["/nonexistent/program"])

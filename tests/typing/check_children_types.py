@@ -44,7 +44,6 @@ async def aio_worker(inbox: AsyncioInbox[int], scale: float) -> float:
 
 async def children(bundle: Bundle) -> None:
     data = await run_in_thread(
-        bundle,
         blocking,
         "f",
         3,
@@ -53,12 +52,12 @@ async def children(bundle: Bundle) -> None:
         gate=AdmissionGate(2, name="reads"),
     )
     assert_type(data, bytes)
-    await run_in_thread(bundle, blocking, "f", "3")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    await run_in_thread(blocking, "f", "3")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
-    total = await run_asyncio(bundle, aio_worker, 2.0)
+    total = await run_asyncio(aio_worker, 2.0)
     assert_type(total, float)
 
-    completed = await run_process(bundle, ["true"], capture_stdout=True)
+    completed = await run_process(["true"], capture_stdout=True)
     assert_type(completed, subprocess.CompletedProcess[bytes])
 
 
