@@ -9,7 +9,10 @@ grace, whatever the machine's speed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
+import os
 import re
 import signal
 import subprocess
@@ -282,6 +285,143 @@ async def test_program_not_found_raises_os_error_plainly():
         bundle.start_soon(child)
 
 
+# -- process groups ------------------------------------------------------------------
+
+# A shell that starts a Python grandchild and waits for it. The grandchild
+# prints its pid once its handlers are in place; "trap '' TERM" in the shell
+# makes both of them deaf to SIGTERM (an ignored signal stays ignored across
+# fork and exec).
+GRANDCHILD = """
+import os, signal, sys, time
+def on_term(signum, frame):
+    print("grandchild: got SIGTERM", flush=True)
+    sys.exit(0)
+if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+    signal.signal(signal.SIGTERM, on_term)
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+def shell_with_grandchild(*, deaf: bool = False) -> list[str]:
+    trap = "trap '' TERM; " if deaf else ""
+    return ["sh", "-c", f'{trap}"$0" -c "$1" & wait', PYTHON, GRANDCHILD]
+
+
+async def read_to_end(stream: trio.abc.ReceiveStream) -> bytes:
+    """Read until every process holding the pipe's other end has gone."""
+    data = b""
+    with trio.fail_after(30):  # real time; EOF comes at once when it works
+        while chunk := await stream.receive_some():
+            data += chunk
+    return data
+
+
+async def test_process_runs_in_a_session_and_group_of_its_own():
+    async with open_bundle() as bundle:
+        process = await start_ready(bundle, CLEANS_UP_ON_SIGTERM)
+        assert os.getsid(process.pid) == process.pid
+        assert os.getpgid(process.pid) == process.pid
+        await bundle.shutdown(grace=10)
+    assert process.returncode == 0
+
+
+async def test_start_new_session_false_keeps_the_callers_group():
+    async with open_bundle() as bundle:
+        process = await start_ready(
+            bundle, CLEANS_UP_ON_SIGTERM, start_new_session=False
+        )
+        assert os.getpgid(process.pid) == os.getpgid(0)
+        report = await bundle.shutdown(grace=10)
+    # Only the process itself was signalled, not the group it shares.
+    assert process.returncode == 0
+    assert report.children[0].notes == (
+        f"process {process.pid} (python): got SIGTERM on STOP; exited with status 0",
+    )
+
+
+async def test_stop_signal_reaches_the_grandchildren_of_a_shell():
+    async with open_bundle() as bundle:
+        process = await bundle.start(
+            functools.partial(run_process, stdout=subprocess.PIPE),
+            shell_with_grandchild(),
+        )
+        await read_line(process.stdout)  # the grandchild's pid: it is ready
+        report = await bundle.shutdown(grace=10)
+        assert await read_to_end(process.stdout) == b"grandchild: got SIGTERM\n"
+    assert process.returncode == -signal.SIGTERM
+    assert report.graceful
+    assert report.children[0].notes == (
+        f"process {process.pid} (sh): got SIGTERM on STOP; ended by SIGTERM",
+    )
+
+
+async def test_hard_cancel_kills_the_grandchildren_of_a_shell():
+    async with open_bundle() as bundle:
+        process = await bundle.start(
+            functools.partial(run_process, stdout=subprocess.PIPE),
+            shell_with_grandchild(deaf=True),
+        )
+        await read_line(process.stdout)
+        # Real time: both ignore SIGTERM, so the grace runs out.
+        report = await bundle.shutdown(grace=0.5)
+        # SIGKILL ended both, so the pipe is closed; the grandchild would
+        # otherwise hold it for 60 s.
+        assert await read_to_end(process.stdout) == b""
+    assert process.returncode == -signal.SIGKILL
+    assert report.children[0].notes == (
+        f"process {process.pid} (sh): got SIGTERM on STOP; "
+        f"got SIGKILL at the hard cancel; ended by SIGKILL",
+    )
+
+
+# A program run by trio_graceful.run with a helper process, the script given
+# as its first argument.
+PROGRAM_WITH_HELPER = """
+import sys
+import trio_graceful
+
+async def main():
+    await trio_graceful.run_process([sys.executable, "-c", sys.argv[1]])
+
+sys.exit(trio_graceful.run(main, grace=30))
+"""
+
+# Cleans up on SIGTERM; would die of the SIGINT that Ctrl+C sends, if it got it.
+HELPER = """
+import signal, sys, time
+def on_term(signum, frame):
+    print("helper: got SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("helper: ready", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_ctrl_c_reaches_the_program_and_the_helper_gets_stop():
+    # Like a terminal: the program leads the foreground process group, and
+    # Ctrl+C sends SIGINT to the whole group.
+    program = await trio.lowlevel.open_process(
+        [*python(PROGRAM_WITH_HELPER), HELPER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert await read_line(program.stdout) == b"helper: ready"
+        os.killpg(program.pid, signal.SIGINT)
+        assert await read_to_end(program.stdout) == b"helper: got SIGTERM\n"
+        stderr = await read_to_end(program.stderr)
+        with trio.fail_after(30):
+            await program.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(program.pid, signal.SIGKILL)  # only if the test failed
+    assert program.returncode == 130, stderr.decode()
+    assert b"Traceback" not in stderr
+
+
 # -- bad arguments and misuse --------------------------------------------------------
 
 
@@ -321,12 +461,68 @@ async def test_program_not_found_raises_os_error_plainly():
             r"^stderr=subprocess.PIPE needs bundle.start\(run_process, \.\.\.\), "
             r"which returns the Process and its pipes$",
         ),
+        ({"bundle": 5}, TypeError, r"^bundle must be a Bundle or None, not 5$"),
+        ({"check": 6}, TypeError, r"^check must be True or False, not 6$"),
+        (
+            {"capture_stdout": "yes"},
+            TypeError,
+            r"^capture_stdout must be True or False, not 'yes'$",
+        ),
+        (
+            {"capture_stderr": None},
+            TypeError,
+            r"^capture_stderr must be True or False, not None$",
+        ),
+        (
+            {"start_new_session": 1},
+            TypeError,
+            r"^start_new_session must be True or False, not 1$",
+        ),
+        (
+            {"stdin": "text"},
+            TypeError,
+            r"^stdin must be bytes, a file descriptor, a file or None, not 'text'$",
+        ),
+        (
+            {"stdin": True},
+            TypeError,
+            r"^stdin must be bytes, a file descriptor, a file or None, not True$",
+        ),
+        (
+            {"command": []},
+            ValueError,
+            r"^command must name a program to run, not \[\]$",
+        ),
+        (
+            {"command": ""},
+            ValueError,
+            r"^command must name a program to run, not ''$",
+        ),
+        (
+            {"command": [b""]},
+            ValueError,
+            r"^command must name a program to run, not \[b''\]$",
+        ),
+        (
+            {"command": 5},
+            TypeError,
+            r"^command must be a string, bytes, a path or a sequence of them, "
+            r"not 5$",
+        ),
+        (
+            {"command": ["ls", 5]},
+            TypeError,
+            r"^command must be a string, bytes, a path or a sequence of them, "
+            r"not \['ls', 5\]$",
+        ),
     ],
 )
 async def test_bad_arguments_raise_before_anything_starts(kwargs, error, message):
     async def child() -> None:
+        options = dict(kwargs)
+        command = options.pop("command", ["/nonexistent/program"])
         with pytest.raises(error, match=message):
-            await run_process(["/nonexistent/program"], **kwargs)
+            await run_process(command, **options)
 
     async with open_bundle() as bundle:
         bundle.start_soon(child)
@@ -342,4 +538,28 @@ async def test_must_be_called_by_a_child_of_the_bundle():
                 r"not by <Task .+ at 0x[0-9a-f]+>$"
             ),
         ):
-            await run_process(["/nonexistent/program"])
+            await run_process(["/nonexistent/program"], bundle=bundle)
+
+
+async def test_outside_any_bundle_the_error_says_how_to_call_it():
+    with pytest.raises(
+        RuntimeError,
+        match=(
+            r"^run_process\(\) must be called by a child of a bundle \(a task "
+            r"started with its start_soon\(\) or start\(\)\), not by "
+            r"<Task .+ at 0x[0-9a-f]+>; or pass the bundle as bundle=$"
+        ),
+    ):
+        await run_process(["/nonexistent/program"])
+
+
+async def test_bundle_may_be_given_explicitly():
+    results: list[int] = []
+
+    async def child() -> None:
+        completed = await run_process(python("pass"), bundle=bundle)
+        results.append(completed.returncode)
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+    assert results == [0]
