@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import sys
 
 import pytest
@@ -250,6 +251,64 @@ async def test_task_that_swallows_cancelled_error_is_still_bounded(autojump_cloc
     assert report.hard_cancelled_at == t0 + 10
 
 
+@pytest.mark.parametrize("wait", ["sleep(1)", "sleep(0)"])
+async def test_task_that_swallows_cancelled_error_for_ever_is_abandoned(
+    autojump_clock, caplog, wait
+):
+    done = asyncio.Event()
+    swallowed: list[float] = []
+
+    async def stubborn(inbox: AsyncioInbox[object]) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.append(trio.current_time())
+        while not done.is_set():
+            try:
+                # sleep(0) yields nothing that can be cancelled: the refusal
+                # is thrown in at once, without a turn of the loop.
+                await (asyncio.sleep(1) if wait == "sleep(1)" else asyncio.sleep(0))
+            except asyncio.CancelledError:
+                swallowed.append(trio.current_time())
+        raise ValueError("discarded, as an abandoned thread's exception is")
+
+    caught: list[BaseException] = []
+
+    async def child() -> None:
+        try:
+            await run_asyncio(stubborn)
+        except BaseException as exc:
+            caught.append(exc)
+            raise
+
+    async with trio_asyncio.open_loop():
+        t0 = trio.current_time()
+        async with open_bundle(name="aio") as bundle:
+            bundle.start_soon(child, name="stubborn")
+            await trio.sleep(5)
+            report = await bundle.shutdown(grace=1)
+        # The bundle's bound held, to the exact virtual instant.
+        assert trio.current_time() - t0 == 6
+        assert [type(exc) for exc in caught] == [trio.Cancelled]
+        assert report.hard_cancelled_at == t0 + 6
+        assert [(c.name, c.outcome, c.elapsed, c.abandoned) for c in report.children] == [
+            ("stubborn", ChildOutcome.CANCELLED, 1, ("asyncio task 'stubborn'",))
+        ]
+        assert report.abandoned == ("asyncio task 'stubborn'",)
+        # The cancellation and then each refused wait was swallowed, all at
+        # the deadline; abandoned, the task waits unrefused again.
+        assert swallowed == [t0 + 6] * 101
+        if wait == "sleep(1)":
+            await trio.sleep(3)
+            assert swallowed == [t0 + 6] * 101
+        done.set()
+        await trio.testing.wait_all_tasks_blocked()
+    # The loop closed, so the abandoned task ended: nothing was left behind,
+    # and its exception was retrieved, so asyncio does not log it.
+    gc.collect()
+    assert [r.getMessage() for r in caplog.records] == []
+
+
 async def test_cleanup_waits_after_a_hard_cancel_are_cancelled_too(autojump_clock):
     seen: list[object] = []
 
@@ -282,7 +341,7 @@ async def test_cleanup_waits_after_a_hard_cancel_are_cancelled_too(autojump_cloc
 async def test_task_that_swallows_and_returns_counts_as_cancelled(autojump_clock):
     results: list[str] = []
 
-    async def stubborn(inbox: AsyncioInbox[object]) -> str:
+    async def stubborn(inbox: AsyncioInbox[object]) -> None:
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -326,6 +385,94 @@ async def noop(inbox: AsyncioInbox[object]) -> None:
     pass  # pragma: no cover - never called
 
 
+async def test_the_bundle_defaults_to_the_callers_own(autojump_clock):
+    got: list[object] = []
+
+    async def idle(inbox: AsyncioInbox[object]) -> None:
+        got.append(await inbox.receive())
+
+    async def child() -> None:
+        async with open_bundle(name="inner") as inner:
+            inner.start_soon(run_asyncio, idle)
+            await trio.testing.wait_all_tasks_blocked()
+            assert (inner.statistics().inboxes, outer.statistics().inboxes) == (1, 0)
+            await inner.shutdown(grace=1)
+
+    async with trio_asyncio.open_loop(), open_bundle(name="outer") as outer:
+        outer.start_soon(child)
+    assert got == [STOP]
+
+
+async def test_bundle_may_be_given_explicitly(autojump_clock):
+    got: list[object] = []
+
+    async def idle(inbox: AsyncioInbox[object]) -> None:
+        got.append(await inbox.receive())
+
+    async def child() -> None:
+        await run_asyncio(idle, bundle=bundle)
+
+    async with trio_asyncio.open_loop(), open_bundle() as bundle:
+        bundle.start_soon(child)
+        await trio.testing.wait_all_tasks_blocked()
+        await bundle.shutdown(grace=1)
+    assert got == [STOP]
+
+
+async def test_must_be_called_by_a_child_of_the_bundle():
+    async with trio_asyncio.open_loop(), open_bundle(name="b") as bundle:
+        with pytest.raises(
+            RuntimeError,
+            match=(
+                r"^run_asyncio\(\) must be called by a child of bundle 'b' "
+                r"\(a task started with its start_soon\(\) or start\(\)\), "
+                r"not by <Task .+ at 0x[0-9a-f]+>$"
+            ),
+        ):
+            await run_asyncio(noop, bundle=bundle)
+
+
+async def test_outside_any_bundle_the_error_says_how_to_call_it():
+    async with trio_asyncio.open_loop():
+        with pytest.raises(
+            RuntimeError,
+            match=(
+                r"^run_asyncio\(\) must be called by a child of a bundle \(a "
+                r"task started with its start_soon\(\) or start\(\)\), not by "
+                r"<Task .+ at 0x[0-9a-f]+>; or pass the bundle as bundle=$"
+            ),
+        ):
+            await run_asyncio(noop)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"bundle": 5}, r"^bundle must be a Bundle or None, not 5$"),
+        ({"inbox": "inbox"}, r"^inbox must be an InboxReceiver or None, not 'inbox'$"),
+        ({"aio_fn": 5}, r"^aio_fn must be an async function, not 5$"),
+    ],
+)
+async def test_bad_arguments_raise_before_anything_starts(kwargs, message):
+    calls: list[str] = []
+
+    async def counted(inbox: AsyncioInbox[object]) -> None:
+        calls.append("called")  # pragma: no cover - must not run
+
+    async with trio_asyncio.open_loop(), open_bundle() as bundle:
+
+        async def child() -> None:
+            options = dict(kwargs)
+            fn = options.pop("aio_fn", counted)
+            with pytest.raises(TypeError, match=message):
+                await run_asyncio(fn, **options)
+
+        bundle.start_soon(child)
+        await trio.testing.wait_all_tasks_blocked()
+        assert bundle.statistics().inboxes == 0
+    assert calls == []
+
+
 async def test_needs_a_trio_asyncio_loop():
     async with open_bundle() as bundle:
 
@@ -356,19 +503,6 @@ async def test_needs_trio_asyncio_installed(monkeypatch):
                 ),
             ):
                 await run_asyncio(noop)
-
-        bundle.start_soon(child)
-
-
-async def test_bad_inbox():
-    async with trio_asyncio.open_loop(), open_bundle() as bundle:
-
-        async def child() -> None:
-            with pytest.raises(
-                TypeError,
-                match=r"^inbox must be an InboxReceiver or None, not 'inbox'$",
-            ):
-                await run_asyncio(noop, inbox="inbox")  # type: ignore[arg-type]
 
         bundle.start_soon(child)
 
