@@ -61,9 +61,7 @@ def copy_chunks(stop_flag: trio_graceful.StopFlag, chunks: int) -> int:
 
 
 async def copier() -> None:
-    copied = await trio_graceful.run_in_thread(
-        copy_chunks, 100_000, name="copy-thread"
-    )
+    copied = await trio_graceful.run_in_thread(copy_chunks, 100_000, name="copy-thread")
     print(f"copier: stopped after {copied} chunks")
 
 
@@ -92,7 +90,8 @@ async def client(port: int, *, task_status: trio.TaskStatus[None]) -> None:
         try:
             await ws.get_message()
         except trio_websocket.ConnectionClosed as exc:
-            print(f"client: closed by the server with {exc.reason.code}")
+            code = None if exc.reason is None else exc.reason.code
+            print(f"client: closed by the server with {code}")
 
 
 async def read_line(stream: trio.abc.ReceiveStream) -> str:

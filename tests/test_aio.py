@@ -183,9 +183,7 @@ async def test_receive_is_cancel_safe_from_asyncio(autojump_clock):
 
     async with trio_asyncio.open_loop(), open_bundle() as bundle:
         send, inbox = bundle.open_inbox(1)
-        bundle.start_soon(
-            functools.partial(run_asyncio, inbox=inbox), impatient
-        )
+        bundle.start_soon(functools.partial(run_asyncio, inbox=inbox), impatient)
         await trio.sleep(2)
         await send.send("late")
     assert got == ["timed out", "late"]
@@ -291,9 +289,9 @@ async def test_task_that_swallows_cancelled_error_for_ever_is_abandoned(
         assert trio.current_time() - t0 == 6
         assert [type(exc) for exc in caught] == [trio.Cancelled]
         assert report.hard_cancelled_at == t0 + 6
-        assert [(c.name, c.outcome, c.elapsed, c.abandoned) for c in report.children] == [
-            ("stubborn", ChildOutcome.CANCELLED, 1, ("asyncio task 'stubborn'",))
-        ]
+        assert [
+            (c.name, c.outcome, c.elapsed, c.abandoned) for c in report.children
+        ] == [("stubborn", ChildOutcome.CANCELLED, 1, ("asyncio task 'stubborn'",))]
         assert report.abandoned == ("asyncio task 'stubborn'",)
         # The cancellation and then each refused wait was swallowed, all at
         # the deadline; abandoned, the task waits unrefused again.

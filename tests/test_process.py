@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import re
 import signal
@@ -136,9 +135,7 @@ async def test_process_that_exits_by_itself_returns_its_output(mock_clock):
     results: list[subprocess.CompletedProcess[bytes]] = []
 
     async def child() -> None:
-        results.append(
-            await run_process(python("print('hello')"), capture_stdout=True)
-        )
+        results.append(await run_process(python("print('hello')"), capture_stdout=True))
 
     async with open_bundle() as bundle:
         bundle.start_soon(child)

@@ -254,9 +254,7 @@ async def test_hard_cancel_without_stop_sets_the_flag_when_abandoning(mock_clock
         flag_states.append(flag.is_set())
 
     async with open_bundle() as bundle:
-        bundle.start_soon(
-            functools.partial(run_in_thread, budget=budget), stubborn
-        )
+        bundle.start_soon(functools.partial(run_in_thread, budget=budget), stubborn)
         await running.wait()
         mock_clock.autojump_threshold = 0
         report = await bundle.cancel(grace=3)  # no STOP: just a deadline
@@ -283,9 +281,7 @@ async def test_abandoned_thread_sees_check_cancelled_raise(mock_clock):
 
     budget = ThreadBudget(1)
     async with open_bundle() as bundle:
-        bundle.start_soon(
-            functools.partial(run_in_thread, budget=budget), stubborn
-        )
+        bundle.start_soon(functools.partial(run_in_thread, budget=budget), stubborn)
         await running.wait()
         mock_clock.autojump_threshold = 0
         await bundle.cancel(grace=1)

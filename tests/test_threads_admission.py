@@ -179,9 +179,7 @@ async def test_a_burst_on_one_endpoint_does_not_starve_another(mock_clock):
         return "alive"
 
     async def heartbeat() -> None:
-        assert await run_in_thread(beat, budget=budget, gate=beat_gate) == (
-            "alive"
-        )
+        assert await run_in_thread(beat, budget=budget, gate=beat_gate) == "alive"
         beat_done.set()
 
     async with open_bundle() as bundle:

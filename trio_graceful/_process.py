@@ -114,8 +114,9 @@ class _ProcessWatch(trio.TaskStatus[trio.Process]):
 def _check_command(command: object) -> None:
     """Refuse a command that names no program, before anything starts."""
     path_types = (str, bytes, os.PathLike)
+    parts: Sequence[object]
     if isinstance(command, path_types):
-        parts: Sequence[object] = [command]
+        parts = (cast("object", command),)
     elif isinstance(command, Sequence) and all(
         isinstance(part, path_types) for part in cast("Sequence[object]", command)
     ):
