@@ -114,14 +114,19 @@ class ThreadBudgetStatistics:
 @final
 @attrs.define(eq=False, repr=False)
 class ThreadBudget:
-    """At most ``total_tokens`` threads at once, abandoned threads included.
+    """At most ``total_tokens`` threads at once, telling which are abandoned.
 
-    A `trio.CapacityLimiter` with accounting for abandoned threads: pass it
-    to `run_in_thread` as ``budget=``. A thread takes a token before it
-    starts (the call waits for one, cancellably) and gives it back when it
-    has really finished, which for an abandoned thread may be long after its
-    caller was cancelled. So the budget is never exceeded, whatever is
-    cancelled when.
+    A thread limiter for `run_in_thread` (``budget=``) and
+    `trio.to_thread.run_sync` (``limiter=``). A thread takes a token before
+    it starts (the call waits for one, cancellably) and gives it back when
+    it has really finished, which for an abandoned thread may be long after
+    its caller was cancelled. That much holds for any `trio.CapacityLimiter`,
+    Trio's default thread limiter included: `trio.to_thread.run_sync`
+    releases the token only when the thread returns. What a budget adds is
+    the accounting a `trio.CapacityLimiter` cannot do, since it does not
+    know which of its borrowers were abandoned: `statistics` tells how many
+    of the running threads are abandoned ones, how many were abandoned in
+    all, and the most that ran at once.
 
     Put an `AdmissionGate` in front of each endpoint as well, so that a burst
     on one endpoint is refused at its gate instead of queueing for the
