@@ -139,8 +139,11 @@ class AsyncioInbox(Generic[T], metaclass=NoPublicConstructor):
             What ``aio_fn`` returned, or `STOP`.
 
         Raises:
+            TypeError: if ``aio_fn`` is not callable.
             trio.ClosedResourceError: if the receiver was closed.
         """
+        if not callable(cast("object", aio_fn)):
+            raise TypeError(f"aio_fn must be an async function, not {aio_fn!r}")
         trio_asyncio = _trio_asyncio()
         until_stop = trio_asyncio.trio_as_aio(self._receiver.until_stop)
         return cast(

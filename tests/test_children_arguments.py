@@ -1,0 +1,238 @@
+"""Arbitrary values for every argument of the children of other kinds.
+
+Whatever is passed, `run_in_thread`, `run_process`, `run_asyncio`,
+`ThreadBudget`, `AdmissionGate` and `StopFlag.wait` either accept it or
+refuse it at the call with a `TypeError` or `ValueError` that names the
+argument and shows the value, before a thread, a process or an asyncio task
+exists.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, strategies as st
+
+from trio_graceful import (
+    AdmissionGate,
+    StopFlag,
+    ThreadBudget,
+    open_bundle,
+    run_asyncio,
+    run_in_thread,
+    run_process,
+)
+
+# Values of every common kind, the odd ones included (huge and non-finite
+# numbers, bytes, containers, a bare object).
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**300, max_value=10**400),
+    st.floats(),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.lists(st.one_of(st.integers(), st.text(max_size=2)), max_size=3),
+    st.tuples(st.integers()),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.builds(object),
+)
+
+
+def is_bool(value: object) -> bool:
+    return isinstance(value, bool)
+
+
+def is_path(value: object) -> bool:
+    return isinstance(value, (str, bytes, os.PathLike))
+
+
+def valid_command(value: object) -> bool:
+    parts = [value] if is_path(value) else value
+    return (
+        isinstance(parts, (list, tuple))
+        and bool(parts)
+        and all(is_path(part) for part in parts)
+        and bool(os.fspath(parts[0]))
+    )
+
+
+def valid_stdin(value: object) -> bool:
+    return not isinstance(value, bool) and (
+        value is None
+        or isinstance(value, (bytes, bytearray, memoryview, int))
+        or hasattr(value, "fileno")
+    )
+
+
+def valid_signal(value: object) -> bool:
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value in signal.valid_signals()
+    )
+
+
+def valid_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def valid_timeout(value: object) -> bool:
+    return value is None or (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    )
+
+
+def check_refusal(exc: BaseException, argument: str, value: object) -> None:
+    assert isinstance(exc, (TypeError, ValueError)), repr(exc)
+    message = str(exc)
+    assert message.startswith(f"{argument} must "), message
+    assert message.endswith(repr(value)) or f"{value!r}" in message, message
+
+
+async def refused_in_a_child(
+    call: Callable[[], Any], argument: str, value: object
+) -> None:
+    """Make ``call()`` in a child of a bundle; it must refuse ``value``."""
+    errors: list[BaseException] = []
+
+    async def child() -> None:
+        try:
+            await call()
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            errors.append(exc)
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(child)
+        await trio.testing.wait_all_tasks_blocked()
+        assert bundle.statistics().inboxes == 0  # no asyncio task either
+    (exc,) = errors
+    check_refusal(exc, argument, value)
+    assert trio.testing.active_thread_count() == 0
+
+
+def never_called(flag: StopFlag) -> None:
+    raise AssertionError("the thread must not start")  # pragma: no cover
+
+
+async def aio_never_called(inbox: object) -> None:
+    raise AssertionError("the task must not start")  # pragma: no cover
+
+
+# A missing program: had the arguments been accepted, starting it would
+# have raised FileNotFoundError instead.
+MISSING = ["/nonexistent/program"]
+
+THREAD_ARGUMENTS: dict[str, Callable[[object], bool]] = {
+    "name": lambda v: v is None or isinstance(v, str),
+    "budget": lambda v: v is None,
+    "gate": lambda v: v is None,
+    "bundle": lambda v: v is None,
+}
+
+
+@pytest.mark.parametrize("argument", [*THREAD_ARGUMENTS, "sync_fn"])
+@given(value=anything)
+async def test_run_in_thread(argument: str, value: object) -> None:
+    if argument == "sync_fn":
+        if callable(value):
+            return
+        await refused_in_a_child(lambda: run_in_thread(value), argument, value)  # type: ignore[arg-type]
+        return
+    if THREAD_ARGUMENTS[argument](value):
+        return
+    await refused_in_a_child(
+        lambda: run_in_thread(never_called, **{argument: value}), argument, value
+    )
+
+
+PROCESS_ARGUMENTS: dict[str, Callable[[object], bool]] = {
+    "bundle": lambda v: v is None,
+    "stop_signal": valid_signal,
+    "start_new_session": is_bool,
+    "stdin": valid_stdin,
+    "capture_stdout": is_bool,
+    "capture_stderr": is_bool,
+    "check": is_bool,
+}
+
+
+@pytest.mark.parametrize("argument", [*PROCESS_ARGUMENTS, "command"])
+@given(value=anything)
+async def test_run_process(argument: str, value: object) -> None:
+    if argument == "command":
+        if valid_command(value):
+            return
+        await refused_in_a_child(lambda: run_process(value), argument, value)  # type: ignore[arg-type]
+        return
+    if PROCESS_ARGUMENTS[argument](value):
+        return
+    await refused_in_a_child(
+        lambda: run_process(MISSING, **{argument: value}), argument, value
+    )
+
+
+@pytest.mark.parametrize("argument", ["aio_fn", "bundle", "inbox"])
+@given(value=anything)
+async def test_run_asyncio(argument: str, value: object) -> None:
+    # No trio-asyncio loop is open: had the arguments been accepted, the call
+    # would have failed for want of one.
+    if argument == "aio_fn":
+        if callable(value):
+            return
+        await refused_in_a_child(lambda: run_asyncio(value), argument, value)  # type: ignore[arg-type]
+        return
+    if value is None:
+        return
+    await refused_in_a_child(
+        lambda: run_asyncio(aio_never_called, **{argument: value}), argument, value
+    )
+
+
+@given(value=anything)
+def test_thread_budget(value: object) -> None:
+    if valid_count(value):
+        assert ThreadBudget(value).total_tokens == value  # type: ignore[arg-type]
+        return
+    with pytest.raises((TypeError, ValueError)) as info:
+        ThreadBudget(value)  # type: ignore[arg-type]
+    check_refusal(info.value, "total_tokens", value)
+
+
+@given(quota=anything, name=anything)
+def test_admission_gate(quota: object, name: object) -> None:
+    name_ok = name is None or isinstance(name, str)
+    if valid_count(quota) and name_ok:
+        gate = AdmissionGate(quota, name=name)  # type: ignore[arg-type]
+        assert (gate.quota, gate.name) == (quota, name)
+        return
+    with pytest.raises((TypeError, ValueError)) as info:
+        AdmissionGate(quota, name=name)  # type: ignore[arg-type]
+    if valid_count(quota):
+        check_refusal(info.value, "name", name)
+    else:
+        check_refusal(info.value, "quota", quota)
+
+
+@given(timeout=anything)
+def test_stop_flag_wait(timeout: object) -> None:
+    event = threading.Event()
+    event.set()  # a valid timeout returns at once
+    flag = StopFlag._create(event)  # pyright: ignore[reportPrivateUsage]
+    if valid_timeout(timeout) and not (
+        isinstance(timeout, float) and math.isnan(timeout)
+    ):
+        assert flag.wait(timeout) is True  # type: ignore[arg-type]
+        return
+    with pytest.raises((TypeError, ValueError)) as info:
+        flag.wait(timeout)  # type: ignore[arg-type]
+    check_refusal(info.value, "timeout", timeout)
