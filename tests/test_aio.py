@@ -505,6 +505,20 @@ async def test_needs_trio_asyncio_installed(monkeypatch):
         bundle.start_soon(child)
 
 
+async def test_until_stop_refuses_what_is_not_callable(autojump_clock):
+    errors: list[BaseException] = []
+
+    async def worker(inbox: AsyncioInbox[object]) -> None:
+        try:
+            await inbox.until_stop(5)  # type: ignore[arg-type]
+        except TypeError as exc:
+            errors.append(exc)
+
+    async with trio_asyncio.open_loop(), open_bundle() as bundle:
+        bundle.start_soon(run_asyncio, worker)
+    assert [str(exc) for exc in errors] == ["aio_fn must be an async function, not 5"]
+
+
 async def test_not_a_coroutine_function():
     def sync(inbox: AsyncioInbox[object]) -> int:
         return 1

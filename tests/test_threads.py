@@ -450,6 +450,22 @@ async def test_must_be_called_by_a_child_of_the_bundle():
             await run_in_thread(noop, bundle=bundle)
 
 
+async def test_the_body_of_a_bundle_is_not_its_child():
+    # The default bundle is the one whose body runs here, and the body is
+    # not one of its children.
+    async with open_bundle(name="b"):
+        with pytest.raises(
+            RuntimeError,
+            match=(
+                r"^run_in_thread\(\) must be called by a child of bundle 'b' "
+                r"\(a task started with its start_soon\(\) or start\(\)\), "
+                r"not by <Task .+ at 0x[0-9a-f]+>$"
+            ),
+        ):
+            await run_in_thread(noop)
+    assert trio.testing.active_thread_count() == 0
+
+
 async def test_outside_any_bundle_the_error_says_how_to_call_it():
     with pytest.raises(
         RuntimeError,
@@ -467,9 +483,10 @@ async def test_a_task_inside_a_child_is_not_a_child():
     refused: list[str] = []
 
     async def grandchild() -> None:
-        with pytest.raises(RuntimeError) as info:
-            await run_in_thread(noop, bundle=bundle)
-        refused.append(str(info.value).split(", not by")[0])
+        for explicit in (None, bundle):
+            with pytest.raises(RuntimeError) as info:
+                await run_in_thread(noop, bundle=explicit)
+            refused.append(str(info.value).split(", not by")[0])
 
     async def child() -> None:
         assert await run_in_thread(lambda _flag: "ok") == "ok"
@@ -478,10 +495,14 @@ async def test_a_task_inside_a_child_is_not_a_child():
 
     async with open_bundle(name="b") as bundle:
         bundle.start_soon(child)
-    assert refused == [
-        "run_in_thread() must be called by a child of bundle 'b' (a task "
-        "started with its start_soon() or start())"
-    ]
+    assert (
+        refused
+        == [
+            "run_in_thread() must be called by a child of bundle 'b' (a task "
+            "started with its start_soon() or start())"
+        ]
+        * 2
+    )
 
 
 async def not_sync(flag: StopFlag) -> None:

@@ -13,17 +13,7 @@ from __future__ import annotations
 import trio
 
 from ._bundle import Bundle, check_child_of
-
-
-def current_bundle() -> Bundle:
-    # Stand-in for _bundle.current_bundle, which replaces it when it lands:
-    # finds the bundle of a task started by Bundle.start_soon or start.
-    task = trio.lowlevel.current_task()
-    frame = getattr(task.coro, "cr_frame", None)
-    owner: object = None if frame is None else frame.f_locals.get("self")
-    if isinstance(owner, Bundle) and task in owner:
-        return owner
-    raise RuntimeError("the calling task is not a child of a bundle")
+from ._paths import current_bundle
 
 
 def bundle_of_caller(bundle: object, caller: str) -> Bundle:
