@@ -129,73 +129,127 @@ async def aio_never_called(inbox: object) -> None:
 
 
 # A missing program: had the arguments been accepted, starting it would
-# have raised FileNotFoundError instead.
+# have raised FileNotFoundError instead. No trio-asyncio loop is open either:
+# run_asyncio would have failed for want of one.
 MISSING = ["/nonexistent/program"]
 
-THREAD_ARGUMENTS: dict[str, Callable[[object], bool]] = {
-    "name": lambda v: v is None or isinstance(v, str),
-    "budget": lambda v: v is None,
-    "gate": lambda v: v is None,
-    "bundle": lambda v: v is None,
-}
+
+def call_with(function: Any, first: object, argument: str) -> Callable[[object], Any]:
+    """Return ``value -> function(first, argument=value)``; the first argument
+    itself when ``argument`` names it."""
+    if argument in ("sync_fn", "command", "aio_fn"):
+        return lambda value: function(value)
+    return lambda value: function(first, **{argument: value})
 
 
-@pytest.mark.parametrize("argument", [*THREAD_ARGUMENTS, "sync_fn"])
+def is_none(value: object) -> bool:
+    return value is None
+
+
+# (function, the first argument it is given, argument, which values are valid)
+ARGUMENTS: list[tuple[Any, object, str, Callable[[object], bool]]] = [
+    (run_in_thread, never_called, "sync_fn", callable),
+    (run_in_thread, never_called, "bundle", is_none),
+    (run_in_thread, never_called, "name", lambda v: v is None or isinstance(v, str)),
+    (run_in_thread, never_called, "budget", is_none),
+    (run_in_thread, never_called, "gate", is_none),
+    (run_process, MISSING, "command", valid_command),
+    (run_process, MISSING, "bundle", is_none),
+    (run_process, MISSING, "stop_signal", valid_signal),
+    (run_process, MISSING, "start_new_session", is_bool),
+    (run_process, MISSING, "stdin", valid_stdin),
+    (run_process, MISSING, "capture_stdout", is_bool),
+    (run_process, MISSING, "capture_stderr", is_bool),
+    (run_process, MISSING, "check", is_bool),
+    (run_asyncio, aio_never_called, "aio_fn", callable),
+    (run_asyncio, aio_never_called, "bundle", is_none),
+    (run_asyncio, aio_never_called, "inbox", is_none),
+]
+
+
+@pytest.mark.parametrize(
+    ("function", "first", "argument", "valid"),
+    ARGUMENTS,
+    ids=[f"{case[0].__name__}-{case[2]}" for case in ARGUMENTS],
+)
 @given(value=anything)
-async def test_run_in_thread(argument: str, value: object) -> None:
-    if argument == "sync_fn":
-        if callable(value):
-            return
-        await refused_in_a_child(lambda: run_in_thread(value), argument, value)  # type: ignore[arg-type]
-        return
-    if THREAD_ARGUMENTS[argument](value):
-        return
-    await refused_in_a_child(
-        lambda: run_in_thread(never_called, **{argument: value}), argument, value
+async def test_children_refuse_bad_arguments_before_they_start(
+    function: Any,
+    first: object,
+    argument: str,
+    valid: Callable[[object], bool],
+    value: object,
+) -> None:
+    if not valid(value):
+        call = call_with(function, first, argument)
+        await refused_in_a_child(lambda: call(value), argument, value)
+
+
+# -- which bundle --------------------------------------------------------------------
+
+CHILDREN = [
+    (run_in_thread, never_called),
+    (run_process, MISSING),
+    (run_asyncio, aio_never_called),
+]
+
+
+def child_of_b(name: str) -> str:
+    return (
+        rf"^{name}\(\) must be called by a child of bundle 'b' \(a task started "
+        rf"with its start_soon\(\) or start\(\)\), not by <Task .+ at 0x[0-9a-f]+>$"
     )
 
 
-PROCESS_ARGUMENTS: dict[str, Callable[[object], bool]] = {
-    "bundle": lambda v: v is None,
-    "stop_signal": valid_signal,
-    "start_new_session": is_bool,
-    "stdin": valid_stdin,
-    "capture_stdout": is_bool,
-    "capture_stderr": is_bool,
-    "check": is_bool,
-}
+@pytest.mark.parametrize(("function", "first"), CHILDREN)
+@pytest.mark.parametrize("explicit", [True, False])
+async def test_the_body_of_a_bundle_is_not_its_child(
+    function: Any, first: object, explicit: bool
+) -> None:
+    # By default the bundle is the one whose body calls: not its child either.
+    async with open_bundle(name="b") as bundle:
+        with pytest.raises(RuntimeError, match=child_of_b(function.__name__)):
+            await function(first, bundle=bundle if explicit else None)
+        assert bundle.statistics().inboxes == 0
+    assert trio.testing.active_thread_count() == 0
 
 
-@pytest.mark.parametrize("argument", [*PROCESS_ARGUMENTS, "command"])
-@given(value=anything)
-async def test_run_process(argument: str, value: object) -> None:
-    if argument == "command":
-        if valid_command(value):
-            return
-        await refused_in_a_child(lambda: run_process(value), argument, value)  # type: ignore[arg-type]
-        return
-    if PROCESS_ARGUMENTS[argument](value):
-        return
-    await refused_in_a_child(
-        lambda: run_process(MISSING, **{argument: value}), argument, value
-    )
+@pytest.mark.parametrize(("function", "first"), CHILDREN)
+async def test_a_task_below_a_child_is_not_a_child(
+    function: Any, first: object
+) -> None:
+    refused: list[str] = []
+
+    async def grandchild() -> None:
+        for explicit in (None, bundle):
+            with pytest.raises(RuntimeError, match=child_of_b(function.__name__)):
+                await function(first, bundle=explicit)
+            refused.append("refused")
+
+    async def child() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(grandchild)
+
+    async with open_bundle(name="b") as bundle:
+        bundle.start_soon(child)
+    assert refused == ["refused"] * 2
 
 
-@pytest.mark.parametrize("argument", ["aio_fn", "bundle", "inbox"])
-@given(value=anything)
-async def test_run_asyncio(argument: str, value: object) -> None:
-    # No trio-asyncio loop is open: had the arguments been accepted, the call
-    # would have failed for want of one.
-    if argument == "aio_fn":
-        if callable(value):
-            return
-        await refused_in_a_child(lambda: run_asyncio(value), argument, value)  # type: ignore[arg-type]
-        return
-    if value is None:
-        return
-    await refused_in_a_child(
-        lambda: run_asyncio(aio_never_called, **{argument: value}), argument, value
-    )
+@pytest.mark.parametrize(("function", "first"), CHILDREN)
+async def test_outside_any_bundle_the_error_says_how_to_call_it(
+    function: Any, first: object
+) -> None:
+    name = function.__name__
+    with pytest.raises(
+        RuntimeError,
+        match=(
+            rf"^{name}\(\) must be called by a child of a bundle \(a task "
+            rf"started with its start_soon\(\) or start\(\)\), not by "
+            rf"<Task .+ at 0x[0-9a-f]+>; or pass the bundle as bundle=$"
+        ),
+    ):
+        await function(first)
+    assert trio.testing.active_thread_count() == 0
 
 
 @given(value=anything)
