@@ -5,6 +5,13 @@ redirection work exactly as there. What it adds is the bundle's rules: STOP
 sends the process a signal of the caller's choice (SIGTERM by default), the
 grace is its time to exit, and at the hard cancel it gets SIGKILL. How the
 process ended is noted in the `CancelReport` (`ChildEnd.notes`).
+
+Signals travel by process group, so the process gets a session and a group
+of its own by default: the terminal's Ctrl+C, sent to the program's group,
+then reaches the program, whose bundle passes it on as STOP within the
+grace, instead of killing the process at once. The bundle's signals go to
+the process's group in turn, so what the process started (a shell's
+commands) gets them too.
 """
 
 from __future__ import annotations
