@@ -363,6 +363,24 @@ async def test_the_grandchildren_of_a_shell_get_the_signals_too(
     )
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="process_group is new in 3.11")
+async def test_a_group_of_its_own_without_a_session_is_signalled_as_a_whole():
+    async with open_bundle() as bundle:
+        process = await bundle.start(
+            functools.partial(
+                run_process,
+                stdout=subprocess.PIPE,
+                start_new_session=False,
+                process_group=0,
+            ),
+            shell_with_grandchild(),
+        )
+        await read_line(process.stdout)
+        assert os.getpgid(process.pid) == process.pid != os.getsid(process.pid)
+        await bundle.shutdown(grace=10)
+        assert await read_to_end(process.stdout) == b"grandchild: got SIGTERM\n"
+
+
 # A program run by trio_graceful.run with a helper process, the script given
 # as its first argument.
 PROGRAM_WITH_HELPER = """
