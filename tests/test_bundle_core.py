@@ -336,3 +336,11 @@ def test_keyboard_interrupt_while_entering_arrives_in_the_body():
         ["KeyboardInterrupt"],
     )
     assert ran == ["body", "interrupted in the body"]
+
+
+async def test_a_grace_beyond_any_float_waits_for_ever(autojump_clock):
+    async with open_bundle() as bundle:
+        bundle.start_soon(trio.sleep, 1000)
+        report = await bundle.cancel(grace=10**400)
+    assert report.hard_deadline == math.inf
+    assert report.graceful
