@@ -4,11 +4,11 @@
 public face. The tree of a run::
 
     root task
-    ├── bundle "services"         the services, started in order by main
-    │   └── service, service ...
-    └── "<root bundle>"
-        └── bundle "root"         Runner.root
-            └── main, and the tasks main starts there
+    ├── "<services>"
+    │   └── bundle "services"     the services, started in order by main
+    │       └── service, service ...
+    └── bundle "root"             Runner.root
+        └── main, and the tasks main starts there
 
 A shutdown, whatever starts it (a signal, `Runner.request_shutdown`, ``main``
 returning or failing), runs in this order under one deadline, ``grace``
@@ -158,29 +158,37 @@ class Program:
         with contextlib.ExitStack() as stack:
             async with trio.open_nursery() as control:
                 self.control = control
-                async with open_bundle(name="services") as services_bundle:
-                    self.services_bundle = services_bundle
-                    self.services = ServiceStack(services_bundle, self._service_failed)
-                    self.transition(Event.START, "")
-                    if self.relay.handled:
-                        self._connect_signals()
-                        stack.enter_context(self.watchdog.counting_signals())
-                    root_closed = trio.Event()
-                    control.start_soon(
-                        self._run_root_bundle, root_closed, name="<root bundle>"
-                    )
-                    await root_closed.wait()
-                    self.stages.move(Move.ROOT_CLOSED)
-                    await self.services.stop(self.deadline)
-                self.stages.move(Move.SERVICES_CLOSED)
-                self.relay.disconnect()
-                control.cancel_scope.cancel()
+                root_closed = trio.Event()
+                await control.start(self._run_services, root_closed, name="<services>")
+                self.transition(Event.START, "")
+                if self.relay.handled:
+                    self._connect_signals()
+                    stack.callback(self.relay.disconnect)
+                    stack.enter_context(self.watchdog.counting_signals())
+                await self._run_root_bundle()
+                self.stages.move(Move.ROOT_CLOSED)
+                root_closed.set()
         self.status = self._exit_status()
         self.transition(Event.TERMINATE, f"exit status {self.status}")
 
+    async def _run_services(
+        self, root_closed: trio.Event, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        # In a task of its own, so that neither top-level bundle is inside
+        # the other: both are named by their own names in the log.
+        async with open_bundle(name="services") as services_bundle:
+            self.services_bundle = services_bundle
+            self.services = ServiceStack(services_bundle, self._service_failed)
+            task_status.started()
+            await root_closed.wait()
+            await self.services.stop(self.deadline)
+        self.stages.move(Move.SERVICES_CLOSED)
+        assert self.control is not None
+        self.control.cancel_scope.cancel()  # the end-of-grace observer
+
     # -- main and the root bundle ----------------------------------------------------
 
-    async def _run_root_bundle(self, root_closed: trio.Event) -> None:
+    async def _run_root_bundle(self) -> None:
         try:
             async with open_bundle(name="root") as root:
                 self.root = root
@@ -191,7 +199,6 @@ class Program:
                 await root.shutdown(max(0.0, self.deadline - trio.current_time()))
         except BaseException as exc:
             self._root_raised(exc)
-        root_closed.set()
 
     def _root_raised(self, exc: BaseException) -> None:
         """A task on the root bundle raised: fail, or exit as SystemExit asks."""

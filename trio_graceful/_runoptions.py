@@ -136,6 +136,6 @@ def check_run_arguments(
         signals=checked_signals,
         exit_codes=exit_codes,
         clock=clock,
-        second_signal=cast("SecondSignal", second_signal),
+        second_signal=second_signal,
         takes_task_status=task_status,
     )
