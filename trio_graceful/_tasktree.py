@@ -1,4 +1,4 @@
-"""A text picture of a Trio run's tasks and where each one waits.
+"""A text picture of a Trio run's tasks and threads, and where each one waits.
 
 The emergency exit prints it from the watchdog thread while the Trio thread
 may still be running, or stuck in a blocking call. Reading Trio's task tree
@@ -16,6 +16,10 @@ program's) are summed up in one line unless ``internals=True``.
 from __future__ import annotations
 
 import os
+import sys
+import threading
+from collections.abc import Collection
+from types import FrameType
 
 import trio
 
@@ -79,6 +83,43 @@ def _describe(
     # Sets have no order; sort so that the same tree prints the same way.
     for child in sorted(children, key=lambda t: (t.name, id(t))):
         _describe(child, depth + 1, lines, internals)
+
+
+def format_thread_stacks(*, skip: Collection[int], internals: bool = True) -> str:
+    """Describe the stack of every thread but those in ``skip`` (thread idents).
+
+    Most recent call first, as `faulthandler` does; library frames are summed
+    up as in `format_task_tree` unless ``internals=True``. Safe to call from
+    any thread; never raises.
+    """
+    try:
+        frames = sys._current_frames()  # pyright: ignore[reportPrivateUsage]
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        lines: list[str] = []
+        for ident, frame in frames.items():
+            if ident in skip:
+                continue
+            lines.append(f"thread {names.get(ident, '?')!r} ({ident:#x}):")
+            _describe_stack(frame, lines, internals)
+        return "\n".join(lines) + "\n"
+    except Exception as exc:
+        return f"(the thread stacks could not be read: {exc!r})\n"
+
+
+def _describe_stack(frame: FrameType | None, lines: list[str], internals: bool) -> None:
+    hidden = 0
+    while frame is not None:
+        code = frame.f_code
+        if not internals and code.co_filename.startswith(_LIBRARIES):
+            hidden += 1
+        else:
+            if hidden:
+                lines.append(_hidden_line("", hidden))
+                hidden = 0
+            lines.append(f"    {code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        frame = frame.f_back
+    if hidden:
+        lines.append(_hidden_line("", hidden))
 
 
 def _hidden_line(pad: str, count: int) -> str:

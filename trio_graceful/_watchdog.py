@@ -26,7 +26,9 @@ bytes and passes each one on to the wakeup fd Trio had installed, so Trio's
 own signal handling is unchanged.
 
 Before it exits, it logs one line (``emergency exit: ...``) and writes the
-Trio task tree with await frames and the stack of every thread to stderr.
+Trio task tree with await frames and the stack of every other thread to
+stderr; the frames of trio and trio_graceful are summed up in one line each
+unless `show_internals` is set.
 This reporting runs in a helper thread and gets at most `REPORT_TIMEOUT`
 seconds (logging or a full stderr pipe must not keep the process alive);
 then ``os._exit`` runs regardless.
@@ -40,7 +42,6 @@ that. The report is read while the Trio thread may still run (see
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import logging
 import math
 import os
@@ -56,7 +57,7 @@ import trio
 
 from ._escalation import Escalation, Observer, Step
 from ._exitcodes import Ending, ExitCodes, exit_status
-from ._tasktree import format_task_tree
+from ._tasktree import format_task_tree, format_thread_stacks
 from ._util import signal_name
 
 logger = logging.getLogger("trio_graceful.runner")
@@ -284,8 +285,11 @@ class Watchdog:
                         text += format_task_tree(
                             self.root_task, internals=self.show_internals
                         )
+                    text += format_thread_stacks(
+                        skip={self._thread.ident, threading.get_ident()},
+                        internals=self.show_internals,
+                    )
                     _write_all(2, text.encode(errors="backslashreplace"))
-                    faulthandler.dump_traceback(2, all_threads=True)
                 else:
                     logger.warning("%s", message)
                 logging.shutdown()  # flush what has been logged
