@@ -285,8 +285,11 @@ class Watchdog:
                         text += format_task_tree(
                             self.root_task, internals=self.show_internals
                         )
+                    # Not this thread nor the watchdog's: their stacks
+                    # only say that an emergency exit is under way.
+                    ours = {self._thread.ident, threading.get_ident()}
                     text += format_thread_stacks(
-                        skip={self._thread.ident, threading.get_ident()},
+                        skip={i for i in ours if i is not None},
                         internals=self.show_internals,
                     )
                     _write_all(2, text.encode(errors="backslashreplace"))
