@@ -262,3 +262,24 @@ def test_runs_one_after_another_leave_the_collector_as_it_was():
         assert run(main) == 143
     assert gc.get_threshold() == before
     assert gc.isenabled()
+
+
+def test_two_signals_in_a_row_are_two_signals(caplog):
+    # Trio's own signal receiver merges repeats of a signal not yet taken;
+    # escalation counts each one.
+    timeline = Timeline()
+
+    async def main() -> None:
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
+        try:
+            await trio.sleep_forever()
+        finally:
+            timeline("main cancelled")
+
+    assert run(main) == 143
+    assert timeline.events == [(0, "main cancelled")]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"][:2] == [
+        "SIGTERM: shutting down (grace 10 s)",
+        "forcing: SIGTERM again",
+    ]
