@@ -224,9 +224,11 @@ def run(
     works even if the Trio thread is stuck in a blocking call), after writing
     to stderr which tasks were still running and where they waited. Each
     stage logs one line on the ``trio_graceful.runner`` logger; a signal
-    never becomes a `KeyboardInterrupt`. During the shutdown the garbage
-    collector's full collections are put off and, once the shutdown is
-    forced, the collector is paused; both are undone before `run` returns.
+    never becomes a `KeyboardInterrupt`. A signal the process ignores when
+    `run` starts (an inherited ``SIG_IGN``) stays ignored. During the
+    shutdown the garbage collector's full collections are put off and, once
+    the shutdown is forced, the collector is paused; both are undone when the
+    last run that needed them returns.
 
     The program also shuts down when ``main`` returns or raises, when a
     service raises, or on `Runner.request_shutdown`. The exit status is
@@ -236,10 +238,11 @@ def run(
             sys.exit(trio_graceful.run(main, grace=5))
 
     Args:
-        main: The async function to run; it must return None.
+        main: The async function to run (an ``async def`` function, or a
+            `functools.partial` of one); it must return None.
         *args: Positional arguments for ``main``.
         grace (float): Seconds the graceful shutdown may take before the
-            hard cancel.
+            hard cancel; `math.inf` for no limit.
         unwind_budget (float): Seconds a hard cancel may take to unwind
             before the emergency exit.
         startup_timeout (float): Seconds ``main`` may take to call
@@ -248,13 +251,13 @@ def run(
         signals (collections.abc.Collection[int]): The signals that shut
             the program down; empty to handle none (the process then keeps
             the default handlers, and a `KeyboardInterrupt` is possible
-            again).
+            again: it leaves `run` as it would leave `trio.run`).
         exit_codes (ExitCodes): The exit statuses to return.
         clock (trio.abc.Clock or None): Passed to `trio.run`, such as
             `trio.testing.MockClock` in tests. The watchdog always uses real
             time.
-        name (str or None): The program's name, for the lifecycle, the log and
-            the services' bundle; defaults to ``main``'s name.
+        name (str or None): The program's name, for the lifecycle and the
+            log; defaults to ``main``'s name.
         second_signal (str): What the second signal does. ``"force"`` (the
             default) hard-cancels everything and lets it unwind: ``finally``
             blocks run and the log is complete, within ``unwind_budget``.
@@ -268,7 +271,9 @@ def run(
         int: The exit status.
 
     Raises:
-        TypeError: for an argument of the wrong type.
+        TypeError: for an argument of the wrong type, a ``main`` that is a
+            synchronous function, or a ``clock`` that is not a
+            `trio.abc.Clock`.
         ValueError: for a negative or NaN duration, a signal that cannot be
             handled, a ``startup_timeout`` for a ``main`` without
             ``task_status``, or a ``second_signal`` other than ``"force"`` and
