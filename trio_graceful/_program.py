@@ -91,9 +91,7 @@ class Program:
         self.main = main
         self.args = args
         self.options = options
-        self.name = options.name
-        self.grace = options.grace
-        self.lifecycle: Lifecycle = Lifecycle._create(self.name)  # pyright: ignore[reportPrivateUsage]
+        self.lifecycle: Lifecycle = Lifecycle._create(self.options.name)  # pyright: ignore[reportPrivateUsage]
         # Called first in the run's root task (makes current_runner() work).
         self.on_start: Callable[[], object] = lambda: None
         self.stages = Stages()
@@ -311,12 +309,13 @@ class Program:
         """Start the shutdown; False if it had already begun."""
         if self.stages.shutting_down:
             return False
-        self.deadline = trio.current_time() + self.grace
+        self.deadline = trio.current_time() + self.options.grace
         self.stages.move(Move.SHUT_DOWN)
         self.transition(Event.SHUT_DOWN, reason)
         assert self.services is not None
         self.services.close(
-            f"program {self.name!r} is shutting down; no new services can be started"
+            f"program {self.options.name!r} is shutting down; "
+            "no new services can be started"
         )
         if self.startup_scope is not None and not self.main_ready:
             self.startup_scope.cancel("the shutdown began during startup")
@@ -328,10 +327,14 @@ class Program:
         self.gc.hold_full_collections()
         if signum is not None:
             logger.warning(
-                "%s: shutting down (%s)", signal_name(signum), _format_grace(self.grace)
+                "%s: shutting down (%s)",
+                signal_name(signum),
+                _format_grace(self.options.grace),
             )
         else:
-            logger.info("shutting down (%s): %s", _format_grace(self.grace), reason)
+            logger.info(
+                "shutting down (%s): %s", _format_grace(self.options.grace), reason
+            )
         if self.deadline != math.inf:
             assert self.control is not None
             self.control.start_soon(self._notice_end_of_grace, name="<end of grace>")
@@ -340,7 +343,7 @@ class Program:
     async def _notice_end_of_grace(self) -> None:
         # The bundles' own deadlines hard-cancel; this only notices.
         await trio.sleep_until(self.deadline)
-        self.force(f"the {_format_grace(self.grace)} ran out", cancel=False)
+        self.force(f"the {_format_grace(self.options.grace)} ran out", cancel=False)
 
     def force(self, reason: str, *, cancel: bool = True) -> None:
         """Hard-cancel what is draining now; the unwind budget starts."""
@@ -418,7 +421,7 @@ class Program:
         if not in_trio_run(self.token):
             raise RuntimeError(
                 f"Runner.{method}() must be called from the Trio thread of "
-                f"program {self.name!r}; from another thread use "
+                f"program {self.options.name!r}; from another thread use "
                 f"trio.from_thread.run_sync(runner.{method})"
             )
 

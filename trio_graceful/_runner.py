@@ -75,19 +75,19 @@ class Runner(metaclass=NoPublicConstructor):
 
     def __repr__(self) -> str:
         return (
-            f"<trio_graceful.Runner {self._run.name!r} "
+            f"<trio_graceful.Runner {self._run.options.name!r} "
             f"{self._run.lifecycle.state.value}>"
         )
 
     @property
     def name(self) -> str:
         """The program's name (the ``name`` given to `trio_graceful.run`)."""
-        return self._run.name
+        return self._run.options.name
 
     @property
     def grace(self) -> float:
         """The grace period of the shutdown, in seconds."""
-        return self._run.grace
+        return self._run.options.grace
 
     @property
     def lifecycle(self) -> Lifecycle:

@@ -65,13 +65,13 @@ STAGES: Final[Mapping[tuple[Stage, Move], Stage]] = MappingProxyType(
 
 
 def _after(moves: frozenset[Move]) -> frozenset[Stage]:
-    """The stages that some path through one of ``moves`` leads to."""
+    """The stages that one of ``moves``, then any moves, lead to."""
     seen = {target for (_, move), target in STAGES.items() if move in moves}
     todo = list(seen)
     while todo:
         stage = todo.pop()
-        for (source, move), target in STAGES.items():
-            if source is stage and move is not Move.FORCE and target not in seen:
+        for (source, _), target in STAGES.items():
+            if source is stage and target not in seen:
                 seen.add(target)
                 todo.append(target)
     return frozenset(seen)
