@@ -7,6 +7,7 @@ In-process, on a MockClock, as in test_runner.py.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import signal
 import sys
@@ -283,3 +284,50 @@ def test_two_signals_in_a_row_are_two_signals(caplog):
         "SIGTERM: shutting down (grace 10 s)",
         "forcing: SIGTERM again",
     ]
+
+
+# -- what a drain logs ----------------------------------------------------------------
+
+
+def test_a_forced_drain_logs_its_bundles_progress_and_ends_at_info(caplog):
+    caplog.set_level(logging.INFO, logger="trio_graceful")
+    release = threading.Event()
+
+    def blocked(stop: trio_graceful.StopFlag) -> None:
+        release.wait()
+
+    async def ignorer() -> None:
+        await trio.sleep_forever()
+
+    async def main() -> None:
+        root = current_runner().root
+        root.start_soon(ignorer)
+        root.start_soon(trio_graceful.run_in_thread, root, blocked)
+        await trio.testing.wait_all_tasks_blocked()
+        signal.raise_signal(signal.SIGTERM)
+        await trio.sleep_forever()
+
+    try:
+        assert run(main, grace=5) == 143
+    finally:
+        release.set()
+    # One name per bundle, its progress and its end, all at INFO or above.
+    lines = [
+        (r.levelname, r.getMessage().split(", in ")[0])
+        for r in caplog.records
+        if r.levelno >= logging.INFO
+    ]
+    assert lines[:3] == [
+        ("WARNING", "SIGTERM: shutting down (grace 5 s)"),
+        ("INFO", "bundle 'root': waiting for 3 children, 3.0 s of grace left"),
+        ("INFO", "bundle 'root': waiting for 3 children, 1.0 s of grace left"),
+    ]
+    # At the deadline the root bundle cuts its children off by itself, and
+    # the runner notices the deadline in a task of its own: Trio runs the two
+    # in either order within that instant.
+    assert sorted(lines[3:]) == [
+        ("INFO", "bundle 'root': 0 finished, 3 hard-cancelled, 0 raised, 1 abandoned"),
+        ("INFO", "bundle 'services': 0 finished, 0 hard-cancelled, 0 raised"),
+        ("WARNING", "forcing: the grace 5 s ran out"),
+    ]
+    assert lines[-1][1].startswith("bundle 'services'")
