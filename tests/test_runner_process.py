@@ -149,8 +149,8 @@ def test_the_emergency_report_shows_the_programs_frames(tmp_path):
     ]
     # The Trio thread's stack ends in the program's own call of run().
     assert lines[-2:] == [
-        "    (4 frames in trio, trio_graceful)",
-        f"    {tmp_path / 'program.py'}:13 in <module>",
+        "  (4 frames in trio, trio_graceful)",
+        f'  File "{tmp_path / "program.py"}", line 13 in <module>',
     ]
     assert not [line for line in lines if "site-packages/trio/" in line]
     assert not [line for line in lines if "trio_graceful/_" in line]

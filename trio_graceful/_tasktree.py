@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Collection
 from types import FrameType
 
@@ -72,11 +71,11 @@ def _describe(
             hidden += 1
             continue
         if hidden:
-            lines.append(_hidden_line(pad, hidden))
+            lines.append(_hidden_line(pad + "  ", hidden))
             hidden = 0
         lines.append(f"{pad}    {code.co_filename}:{lineno} in {code.co_name}")
     if hidden:
-        lines.append(_hidden_line(pad, hidden))
+        lines.append(_hidden_line(pad + "  ", hidden))
     children: list[trio.lowlevel.Task] = []
     for nursery in list(task.child_nurseries):
         children.extend(nursery.child_tasks)
@@ -88,40 +87,40 @@ def _describe(
 def format_thread_stacks(*, skip: Collection[int], internals: bool = True) -> str:
     """Describe the stack of every thread but those in ``skip`` (thread idents).
 
-    Most recent call first, as `faulthandler` does; library frames are summed
-    up as in `format_task_tree` unless ``internals=True``. Safe to call from
-    any thread; never raises.
+    In `faulthandler`'s format, most recent call first; library frames are
+    summed up as in `format_task_tree` unless ``internals=True``. Safe to
+    call from any thread; never raises.
     """
     try:
         frames = sys._current_frames()  # pyright: ignore[reportPrivateUsage]
-        names = {thread.ident: thread.name for thread in threading.enumerate()}
         lines: list[str] = []
         for ident, frame in frames.items():
             if ident in skip:
                 continue
-            lines.append(f"thread {names.get(ident, '?')!r} ({ident:#x}):")
-            _describe_stack(frame, lines, internals)
-        return "\n".join(lines) + "\n"
+            lines.append(f"Thread {ident:#018x} (most recent call first):")
+            hidden = 0
+            stack: FrameType | None = frame
+            while stack is not None:
+                code = stack.f_code
+                if not internals and code.co_filename.startswith(_LIBRARIES):
+                    hidden += 1
+                else:
+                    if hidden:
+                        lines.append(_hidden_line("", hidden))
+                        hidden = 0
+                    lines.append(
+                        f'  File "{code.co_filename}", line {stack.f_lineno} '
+                        f"in {code.co_name}"
+                    )
+                stack = stack.f_back
+            if hidden:
+                lines.append(_hidden_line("", hidden))
+            lines.append("")
+        return "\n".join(lines)
     except Exception as exc:
         return f"(the thread stacks could not be read: {exc!r})\n"
 
 
-def _describe_stack(frame: FrameType | None, lines: list[str], internals: bool) -> None:
-    hidden = 0
-    while frame is not None:
-        code = frame.f_code
-        if not internals and code.co_filename.startswith(_LIBRARIES):
-            hidden += 1
-        else:
-            if hidden:
-                lines.append(_hidden_line("", hidden))
-                hidden = 0
-            lines.append(f"    {code.co_filename}:{frame.f_lineno} in {code.co_name}")
-        frame = frame.f_back
-    if hidden:
-        lines.append(_hidden_line("", hidden))
-
-
 def _hidden_line(pad: str, count: int) -> str:
     frames = "frame" if count == 1 else "frames"
-    return f"{pad}    ({count} {frames} in trio, trio_graceful)"
+    return f"{pad}  ({count} {frames} in trio, trio_graceful)"
