@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 import trio
@@ -331,3 +332,35 @@ def test_a_forced_drain_logs_its_bundles_progress_and_ends_at_info(caplog):
         ("WARNING", "forcing: the grace 5 s ran out"),
     ]
     assert lines[-1][1].startswith("bundle 'services'")
+
+
+def test_system_exit_from_a_ready_service_gives_its_status_and_stops_in_order():
+    timeline = Timeline()
+    service = service_for(timeline)
+
+    async def exiting(
+        inbox: trio_graceful.InboxReceiver[Any], *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        task_status.started()
+        await trio.sleep(5)
+        raise SystemExit(4)
+
+    async def main() -> None:
+        runner = current_runner()
+        await runner.start_service(service, "db")
+        await runner.start_service(exiting)
+        await runner.start_service(service, "http")
+        _, inbox = runner.root.open_inbox()
+        await inbox.receive()
+        timeline("main got STOP")
+
+    assert run(main) == 4
+    assert timeline.events == [
+        (1, "db ready"),
+        (2, "http ready"),
+        (6, "main got STOP"),
+        (6, "http got STOP"),
+        (6, "http stopped"),
+        (6, "db got STOP"),
+        (6, "db stopped"),
+    ]

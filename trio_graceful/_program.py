@@ -209,20 +209,13 @@ class Program:
             exits, rest = (exc, None) if isinstance(exc, SystemExit) else (None, exc)
         if rest is not None and not isinstance(rest, Exception):
             raise exc  # KeyboardInterrupt and the like end the run as in Trio
-        code: object = None
         if exits is not None:
             leaf = first_leaf(exits)
             assert isinstance(leaf, SystemExit)
-            code = leaf.code
-            if self.system_exit is None:
-                self.system_exit = (code,)
+            self.exit_requested("a task of the root bundle", leaf)
         if rest is not None:
             failure = exc if exits is None else rest
             self.fail("a task of the root bundle raised", failure)
-        else:
-            self.begin_shutdown(
-                f"a task of the root bundle raised SystemExit({code!r})"
-            )
 
     async def _start_main(self, root: Bundle) -> None:
         main_name = getattr(self.main, "__qualname__", "main")
@@ -270,9 +263,7 @@ class Program:
             else:
                 result = await self.main(*self.args)
         except SystemExit as exc:
-            if self.system_exit is None:
-                self.system_exit = (exc.code,)
-            self.begin_shutdown(f"main raised SystemExit({exc.code!r})")
+            self.exit_requested("main", exc)
             return
         except Exception as exc:
             if takes_task_status and not status.started_called:
@@ -300,8 +291,17 @@ class Program:
         if self.lifecycle.state is LifecycleState.STARTING:
             self.transition(Event.BECOME_READY, "main is ready")
 
-    def _service_failed(self, name: str, exc: Exception) -> None:
-        self.fail(f"service {name!r} raised", exc, startup=not self.main_ready)
+    def _service_failed(self, name: str, exc: BaseException) -> None:
+        if isinstance(exc, SystemExit):
+            self.exit_requested(f"service {name!r}", exc)
+        else:
+            self.fail(f"service {name!r} raised", exc, startup=not self.main_ready)
+
+    def exit_requested(self, who: str, exc: SystemExit) -> None:
+        """Take the exit status from the first SystemExit; begin the shutdown."""
+        if self.system_exit is None:
+            self.system_exit = (exc.code,)
+        self.begin_shutdown(f"{who} raised SystemExit({exc.code!r})")
 
     # -- shutdown --------------------------------------------------------------------
 
