@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.realtime
+from .signal_children import sigint_not_ignored  # noqa: F401 (a fixture)
+
+pytestmark = [pytest.mark.realtime, pytest.mark.usefixtures("sigint_not_ignored")]
 
 PROGRAM = textwrap.dedent(
     """

@@ -22,8 +22,9 @@ import pytest
 import trio
 
 from .examples_loader import EXAMPLES
+from .signal_children import sigint_not_ignored  # noqa: F401 (a fixture)
 
-pytestmark = pytest.mark.realtime
+pytestmark = [pytest.mark.realtime, pytest.mark.usefixtures("sigint_not_ignored")]
 
 REPEAT = 20
 AT_ONCE = 4  # processes starting at once (starting is what costs)
