@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import re
 import signal
@@ -344,3 +345,29 @@ async def test_a_grace_beyond_any_float_waits_for_ever(autojump_clock):
         report = await bundle.cancel(grace=10**400)
     assert report.hard_deadline == math.inf
     assert report.graceful
+
+
+async def test_a_nested_bundle_that_abandons_work_logs_at_info(autojump_clock, caplog):
+    caplog.set_level(logging.INFO, logger="trio_graceful")
+
+    async def leaves_a_thread_behind():
+        try:
+            await trio.sleep_forever()
+        finally:
+            inner.note_abandoned("thread 'blocked'")
+
+    async def child():
+        nonlocal inner
+        async with open_bundle(name="inner") as inner:
+            inner.start_soon(leaves_a_thread_behind)
+            await inner.cancel(grace=1)
+
+    inner = None
+    async with open_bundle(name="root") as root:
+        root.start_soon(child, name="worker")
+    (record,) = caplog.records
+    assert record.levelno == logging.INFO
+    assert record.getMessage() == (
+        "bundle 'root/worker/inner': 0 finished, 1 hard-cancelled, 0 raised, "
+        "1 abandoned, in 1.000 s"
+    )

@@ -28,6 +28,22 @@ from ._trace import TraceKind, emit, logger, tracing
 # How often a long cancellation logs that it is still waiting, in seconds.
 PROGRESS_INTERVAL = 2.0
 
+# Bundles at most this many levels below the top of their run log their
+# cancellations at INFO, deeper ones at DEBUG; see `log_as_news`.
+_news_depth: trio.lowlevel.RunVar[int] = trio.lowlevel.RunVar(
+    "trio_graceful news depth", default=0
+)
+
+
+def log_as_news(depth: int) -> None:
+    """Log the cancellations of bundles up to ``depth`` levels deep at INFO.
+
+    For the current Trio run: 0 (the default) means top-level bundles only.
+    The runner, whose own bundles are the top level, sets 1 so that what a
+    program's ``main`` opens is reported too.
+    """
+    _news_depth.set(depth)
+
 
 def outcome_of(exc: BaseException | None, levels: TwoLevelNursery) -> ChildOutcome:
     """How the calling child task of ``levels`` ended, returning or raising ``exc``.
@@ -149,8 +165,10 @@ class Cancellation:
             hard_cancelled_at=self.hard_cancelled_at,
             children=tuple(self.ended),
         )
-        summary = self.report.summary()
-        logger.log(self._log_level(), "%s", summary)
+        summary = self.report.summary(name=self._path)
+        logger.log(
+            self._log_level(abandoned=bool(self.report.abandoned)), "%s", summary
+        )
         if tracing.active:
             emit(TraceKind.CANCEL_FINISHED, self._path, detail=summary)
         self._all_done.set()
@@ -217,7 +235,10 @@ class Cancellation:
             f"{left:.1f} s" if left > 0 else "none",
         )
 
-    def _log_level(self) -> int:
-        # A shutdown of the whole program is news; the many small bundles
-        # inside it (one per connection, say) are details.
-        return logging.INFO if "/" not in self._path else logging.DEBUG
+    def _log_level(self, *, abandoned: bool = False) -> int:
+        # A shutdown of the whole program is news, and so is anything left
+        # running; the many small bundles inside (one per connection, say)
+        # are details.
+        if abandoned or self._path.count("/") <= _news_depth.get():
+            return logging.INFO
+        return logging.DEBUG
