@@ -21,7 +21,7 @@ import trio.testing
 
 import trio_graceful
 from trio_graceful import ExitCodes, current_runner
-from trio_graceful._runoptions import check_duration
+from trio_graceful._util import check_seconds
 
 from .test_runner import Timeline, run, service_for
 
@@ -169,9 +169,9 @@ def test_huge_and_infinite_graces_work(grace):
 
 
 def test_an_int_too_large_for_a_float_is_no_time_limit():
-    assert check_duration("grace", 10**400) == math.inf
+    assert check_seconds("grace", 10**400) == math.inf
     with pytest.raises(ValueError, match=r"^grace must be >= 0, not -1$"):
-        check_duration("grace", -1)
+        check_seconds("grace", -1)
 
 
 # -- arguments -------------------------------------------------------------------------
