@@ -303,7 +303,7 @@ def test_a_forced_drain_logs_its_bundles_progress_and_ends_at_info(caplog):
     async def main() -> None:
         root = current_runner().root
         root.start_soon(ignorer)
-        root.start_soon(trio_graceful.run_in_thread, root, blocked)
+        root.start_soon(trio_graceful.run_in_thread, blocked)
         await trio.testing.wait_all_tasks_blocked()
         signal.raise_signal(signal.SIGTERM)
         await trio.sleep_forever()
