@@ -42,7 +42,6 @@ from ._topology import (
     ChildEvents,
     TwoLevelNursery,
     check_async_fn,
-    coroutine_of,
     is_cancellation as is_cancellation,
     open_two_level,
 )
@@ -170,11 +169,11 @@ class Bundle(metaclass=NoPublicConstructor):
             TypeError: if ``async_fn`` is not an async function, or does not
                 take these arguments.
         """
-        self._phase.check_open()
-        coro = coroutine_of(async_fn, args, "start_soon")
+        if self._phase.phase is BundlePhase.CLOSED:
+            self._phase.check_open()
         if tracing.active:
             self._watch_children()
-        self._levels.start_soon(coro, async_fn if name is None else name)
+        self._levels.start_soon(async_fn, args, async_fn if name is None else name)
 
     async def start(
         self,

@@ -100,12 +100,17 @@ def coroutine_of(
     """
     if type(async_fn) not in _FUNCTION_TYPES:  # the common case, kept cheap
         check_async_fn(async_fn, method)
-    coro: object = async_fn(*args)
-    if type(coro) is CoroutineType or isinstance(coro, Coroutine):
-        return cast("Coroutine[object, object, object]", coro)
+    return _as_coroutine(async_fn, async_fn(*args), method)
+
+
+def _as_coroutine(
+    async_fn: object, returned: object, method: str
+) -> Coroutine[object, object, object]:
+    if type(returned) is CoroutineType or isinstance(returned, Coroutine):
+        return cast("Coroutine[object, object, object]", returned)
     raise TypeError(
         f"{method} expected an async function, but {async_fn!r} returned "
-        f"{coro!r} instead of a coroutine; is it missing 'async'?"
+        f"{returned!r} instead of a coroutine; is it missing 'async'?"
     )
 
 
@@ -217,8 +222,27 @@ class TwoLevelNursery:
 
     # -- children ----------------------------------------------------------------
 
-    def start_soon(self, coro: Coroutine[object, object, object], name: object) -> None:
-        """Run ``coro`` as a child in the inner nursery. Not a checkpoint."""
+    def start_soon(
+        self,
+        async_fn: Callable[..., Awaitable[object]],
+        args: tuple[object, ...],
+        name: object,
+    ) -> None:
+        """Run ``async_fn(*args)`` as a child in the inner nursery.
+
+        The function is called here, as by `trio.Nursery.start_soon`, so that
+        wrong arguments raise in the caller. Not a checkpoint.
+        """
+        coro: Coroutine[object, object, object]
+        if type(async_fn) is FunctionType:  # an async def: the common case
+            returned: object = async_fn(*args)
+            coro = (
+                cast("Coroutine[object, object, object]", returned)
+                if type(returned) is CoroutineType
+                else _as_coroutine(async_fn, returned, "start_soon")
+            )
+        else:
+            coro = coroutine_of(async_fn, args, "start_soon")
         self.inner.start_soon(self._run_child, coro, name=name)
         self.live += 1
 
