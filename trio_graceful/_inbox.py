@@ -6,17 +6,42 @@ already waiting to be sent) without ever blocking. Its receive side adds
 `InboxReceiver.until_stop`, the stoppable idle point: it runs a cancel-safe
 operation on an outside source (a socket, a WebSocket, a listener) and ends it
 as soon as STOP is the next thing in the inbox, without losing what the source
-produced.
+produced; `InboxReceiver.iter_until_stop` loops over a source channel that
+way, and `InboxReceiver.drain_nowait` hands back what is still queued.
 
 The queue discipline follows `trio.open_memory_channel` exactly (the same
-errors, the same checkpoints, the same FIFO hand-off); STOP rides in the same
-FIFO as a sender that never waits.
+errors, the same checkpoints, the same FIFO hand-off); where STOP is lives in
+`trio_graceful._inboxstate` and its table in `trio_graceful._stopposition`.
+
+Counterparts in Trio's ``trio/_channel.py`` (read against Trio 0.35), so that
+upstream fixes can be ported; a method marked "+ STOP" adds to Trio's logic
+only a call of ``InboxState.advance`` (or a check of the STOP position):
+
+====================================  =====================================
+here                                  trio/_channel.py
+====================================  =====================================
+open_inbox                            open_memory_channel
+InboxStatistics                       MemoryChannelStatistics
+InboxState (_inboxstate.py)           MemoryChannelState
+Endpoint (_inboxstate.py)             the ``_closed``/``_tasks`` attributes
+InboxSender.send_nowait               MemorySendChannel.send_nowait
+InboxSender.send                      MemorySendChannel.send (+ STOP)
+InboxSender.clone / close / aclose    MemorySendChannel.clone / close (+ STOP)
+InboxReceiver.receive_nowait          MemoryReceiveChannel.receive_nowait (+ STOP)
+InboxReceiver.receive                 MemoryReceiveChannel.receive
+InboxReceiver.clone / close / aclose  MemoryReceiveChannel.clone / close (+ STOP)
+InboxSender.stop, InboxReceiver.      (none: STOP only)
+until_stop / iter_until_stop /
+drain_nowait / stop_received
+====================================  =====================================
+
+Trio finds a blocked task's channel object through
+``task.custom_sleep_data``; here the queues map each task to its `Endpoint`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Generic, TypeVar, final
 
 import attrs
@@ -24,8 +49,15 @@ import trio
 from outcome import Error, Value
 from trio.lowlevel import Task
 
+from ._inboxstate import (
+    STOP_MARKER,
+    Endpoint,
+    InboxState as InboxState,
+    InboxStatistics as InboxStatistics,
+)
 from ._stop import STOP, StopType
-from ._trace import TraceKind, emit, enclosing_bundle_path, task_path, tracing
+from ._stopposition import StopPosition
+from ._trace import TraceKind, tracing
 from ._util import NoPublicConstructor, check_buffer_size
 
 if TYPE_CHECKING:
@@ -37,179 +69,13 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 R = TypeVar("R")
+U = TypeVar("U")
+
+_NONE = StopPosition.NONE
 
 
 @final
-class _StopSender:
-    """The pseudo-sender that carries STOP through the send queue: it never waits."""
-
-    def __repr__(self) -> str:
-        return "<STOP pseudo-sender>"
-
-
-_STOP_SENDER = _StopSender()
-
-
-@attrs.frozen
-class InboxStatistics:
-    """A snapshot of an inbox, returned by ``statistics()`` on either end."""
-
-    current_buffer_used: int
-    """Messages in the buffer now (a queued STOP takes no room)."""
-
-    max_buffer_size: int | float
-    """The buffer's capacity."""
-
-    open_send_channels: int
-    """Open `InboxSender` objects (clones included)."""
-
-    open_receive_channels: int
-    """Open `InboxReceiver` objects (clones included)."""
-
-    tasks_waiting_send: int
-    """Tasks blocked in `InboxSender.send`."""
-
-    tasks_waiting_receive: int
-    """Tasks blocked in `InboxReceiver.receive`."""
-
-    peak_buffer_used: int
-    """The most items the buffer has held at once."""
-
-    stop_requested: bool
-    """True once `InboxSender.stop` (or the owning bundle) asked for STOP."""
-
-    stop_delivered: bool
-    """True once STOP has been taken out of the queue by a receiver."""
-
-
-@attrs.define(eq=False)
-class _Endpoint:
-    """Bookkeeping of one sender or receiver object (the state spans clones)."""
-
-    # Tasks blocked on this object.
-    tasks: set[Task] = attrs.field(factory=set[Task])
-    closed: bool = False
-    # Receivers only: STOP has been delivered to this object.
-    stop_seen: bool = False
-
-
-@attrs.define(eq=False)
-class InboxState(Generic[T]):
-    """The state shared by all the senders and receivers of one inbox."""
-
-    max_buffer_size: int | float
-    # The buffer. A queued STOP sits here too but takes no capacity.
-    data: deque[T | StopType] = attrs.field(factory=deque[T | StopType])
-    stop_in_data: bool = False
-    open_send_channels: int = 0
-    open_receive_channels: int = 0
-    # FIFO of blocked senders, {task: (its sender, value)}. When stop() finds
-    # senders waiting, STOP queues behind them under _STOP_SENDER, and moves
-    # to the buffer as soon as it reaches the head (see settle()).
-    send_tasks: OrderedDict[Task | _StopSender, tuple[_Endpoint, T | StopType]] = (
-        attrs.field(
-            factory=OrderedDict[Task | _StopSender, tuple[_Endpoint, T | StopType]]
-        )
-    )
-    # FIFO of blocked receivers, {task: its receiver}
-    receive_tasks: OrderedDict[Task, _Endpoint] = attrs.field(
-        factory=OrderedDict[Task, _Endpoint]
-    )
-    peak_buffer_used: int = 0
-    stop_requested: bool = False
-    # STOP has left the queue: every receiver that has not seen it yet gets it
-    # before anything else.
-    stop_reached: bool = False
-    # EndOfChannel has been delivered; a STOP requested after that is moot.
-    ended: bool = False
-    # Cancel scopes of tasks waiting in until_stop(), {scope: their receiver}
-    watchers: dict[trio.CancelScope, _Endpoint] = attrs.field(
-        factory=dict[trio.CancelScope, _Endpoint]
-    )
-    # Called with this state once the last receiver closes (a bundle forgets
-    # the inbox). It must not hold the state itself: that would be a cycle.
-    on_receivers_closed: Callable[[InboxState[T]], object] | None = None
-    # The path of the bundle that opened the inbox, for trace events.
-    owner: str | None = None
-
-    def statistics(self) -> InboxStatistics:
-        return InboxStatistics(
-            current_buffer_used=self.buffer_used(),
-            max_buffer_size=self.max_buffer_size,
-            open_send_channels=self.open_send_channels,
-            open_receive_channels=self.open_receive_channels,
-            tasks_waiting_send=sum(
-                1 for key in self.send_tasks if key is not _STOP_SENDER
-            ),
-            tasks_waiting_receive=len(self.receive_tasks),
-            peak_buffer_used=self.peak_buffer_used,
-            stop_requested=self.stop_requested,
-            stop_delivered=self.stop_reached,
-        )
-
-    def buffer_used(self) -> int:
-        return len(self.data) - self.stop_in_data
-
-    def append(self, value: T | StopType) -> None:
-        self.data.append(value)
-        if value is STOP:
-            self.stop_in_data = True
-        self.peak_buffer_used = max(self.peak_buffer_used, self.buffer_used())
-
-    def settle(self) -> None:
-        """Move a STOP that has reached the head of the send queue to the buffer."""
-        if next(iter(self.send_tasks), None) is _STOP_SENDER:
-            del self.send_tasks[_STOP_SENDER]
-            self.append(STOP)
-            self.wake_watchers()
-
-    def stop(self) -> None:
-        """Queue STOP behind everything sent so far. Never blocks; idempotent."""
-        if self.stop_requested:
-            return
-        self.stop_requested = True
-        if tracing.active:
-            self.trace(TraceKind.STOP_SENT, trio.lowlevel.current_task())
-        if self.ended or not self.open_receive_channels:
-            return
-        if self.receive_tasks:
-            # The queue is empty and receivers are parked: hand STOP to the
-            # first waiting task of every receiver object.
-            self.stop_reached = True
-            for task, receiver in list(self.receive_tasks.items()):
-                if not receiver.stop_seen:
-                    receiver.stop_seen = True
-                    receiver.tasks.remove(task)
-                    del self.receive_tasks[task]
-                    trio.lowlevel.reschedule(task, Value(STOP))
-                    if tracing.active:
-                        self.trace(TraceKind.STOP_RECEIVED, task)
-        elif not self.send_tasks:
-            self.append(STOP)
-        else:
-            self.send_tasks[_STOP_SENDER] = (_Endpoint(), STOP)
-        self.wake_watchers()
-
-    def stop_is_next(self, receiver: _Endpoint) -> bool:
-        """True if ``receiver``'s next receive would return STOP."""
-        if receiver.stop_seen or not self.stop_requested:
-            return False
-        return self.stop_reached or (bool(self.data) and self.data[0] is STOP)
-
-    def trace(self, kind: TraceKind, task: Task) -> None:
-        bundle = enclosing_bundle_path(task, bodies=False)
-        if kind is TraceKind.STOP_SENT and self.owner is not None:
-            bundle = self.owner
-        emit(kind, bundle, task_path(task))
-
-    def wake_watchers(self) -> None:
-        for scope, receiver in list(self.watchers.items()):
-            if self.stop_is_next(receiver):
-                scope.cancel(reason="STOP is next in the inbox")
-
-
-@final
-@attrs.define(eq=False, repr=False, slots=False)
+@attrs.define(eq=False, repr=False)
 class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
     """The send side of an inbox: a `trio.MemorySendChannel` plus `stop`.
 
@@ -217,7 +83,7 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
     """
 
     _state: InboxState[T]
-    _me: _Endpoint = attrs.field(factory=_Endpoint, init=False)
+    _me: Endpoint = attrs.field(factory=Endpoint, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._state.open_send_channels += 1
@@ -231,7 +97,7 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
 
     @trio.lowlevel.enable_ki_protection
     def send_nowait(self, value: T) -> None:
-        """Send ``value`` without blocking.
+        """Send ``value`` without blocking. Not a checkpoint.
 
         Raises:
             trio.WouldBlock: if the buffer is full.
@@ -278,13 +144,14 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
             return
 
         task = trio.lowlevel.current_task()
-        self._me.tasks.add(task)
-        self._state.send_tasks[task] = (self._me, value)
+        me, state = self._me, self._state
+        me.tasks.add(task)
+        state.send_tasks[task] = (me, value)
 
         def abort_fn(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-            self._me.tasks.remove(task)
-            del self._state.send_tasks[task]
-            self._state.settle()
+            me.tasks.remove(task)
+            del state.send_tasks[task]
+            state.advance()  # STOP may have been behind this sender
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort_fn)
@@ -295,8 +162,10 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
 
         STOP is delivered after every message whose `send` completed, or was
         already waiting, when `stop` was called; messages sent later come
-        after it. Each receiver object (each `InboxReceiver.clone`) gets STOP
-        once. Calling `stop` again does nothing.
+        after it. (For an inbox opened with ``stop_first=True``, STOP goes
+        ahead of all of them instead.) Each receiver object (each
+        `InboxReceiver.clone`) gets STOP once. Calling `stop` again does
+        nothing.
 
         This is not a checkpoint and never blocks, even when the buffer is
         full: STOP takes no room in the buffer, and when senders are waiting
@@ -314,7 +183,7 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
 
     @trio.lowlevel.enable_ki_protection
     def clone(self) -> InboxSender[T]:
-        """Return a new sender for the same inbox.
+        """Return a new sender for the same inbox. Not a checkpoint.
 
         Receivers see `trio.EndOfChannel` only when every clone is closed.
 
@@ -323,7 +192,7 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
         """
         if self._me.closed:
             raise trio.ClosedResourceError
-        return type(self)._create(self._state)  # pyright: ignore[reportPrivateUsage]
+        return InboxSender._create(self._state)  # pyright: ignore[reportPrivateUsage]
 
     def __enter__(self) -> Self:
         return self
@@ -344,20 +213,21 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
         When the last sender closes, receivers get `trio.EndOfChannel` once
         the queue (including a queued STOP) is drained.
         """
-        if self._me.closed:
+        me = self._me
+        if me.closed:
             return
-        self._me.closed = True
+        me.closed = True
         state = self._state
-        for task in self._me.tasks:
+        for task in me.tasks:
             trio.lowlevel.reschedule(task, Error(trio.ClosedResourceError()))
             del state.send_tasks[task]
-        self._me.tasks.clear()
-        state.settle()
+        me.tasks.clear()
+        state.advance()
         state.open_send_channels -= 1
         if state.open_send_channels == 0:
             assert not state.send_tasks
             if state.receive_tasks:
-                state.ended = True
+                state.end()
             for task, receiver in state.receive_tasks.items():
                 receiver.tasks.remove(task)
                 trio.lowlevel.reschedule(task, Error(trio.EndOfChannel()))
@@ -371,7 +241,7 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
 
 
 @final
-@attrs.define(eq=False, repr=False, slots=False)
+@attrs.define(eq=False, repr=False)
 class InboxReceiver(
     trio.abc.ReceiveChannel[T | StopType], metaclass=NoPublicConstructor
 ):
@@ -388,11 +258,12 @@ class InboxReceiver(
             ...  # every sender closed
 
     A worker that keeps reading after STOP (to wait for a peer's goodbye,
-    say) gets the messages sent after `InboxSender.stop`.
+    say) gets the messages sent after `InboxSender.stop`; `drain_nowait`
+    takes all of those queued at once.
     """
 
     _state: InboxState[T]
-    _me: _Endpoint
+    _me: Endpoint
 
     def __attrs_post_init__(self) -> None:
         self._state.open_receive_channels += 1
@@ -413,7 +284,7 @@ class InboxReceiver(
 
     @trio.lowlevel.enable_ki_protection
     def receive_nowait(self) -> T | StopType:
-        """Return the next message, or `STOP`, without blocking.
+        """Return the next message, or `STOP`, without blocking. Not a checkpoint.
 
         Raises:
             trio.WouldBlock: if nothing is ready.
@@ -424,36 +295,34 @@ class InboxReceiver(
         if me.closed:
             raise trio.ClosedResourceError
         state = self._state
-        if state.stop_reached and not me.stop_seen:
-            return self._take_stop()
-        if state.data and state.data[0] is STOP:
-            state.data.popleft()
-            state.stop_in_data = False
-            state.stop_reached = True
-            state.wake_watchers()  # STOP is now next for every other receiver
+        position = state.position
+        if position is not _NONE and state.stop_is_next(me):
             return self._take_stop()
         if state.send_tasks:
             # The buffer is full: let the first waiting sender in, as Trio does.
             waiter, (sender, value) = state.send_tasks.popitem(last=False)
-            assert isinstance(waiter, Task)
+            assert waiter is not STOP_MARKER
             sender.tasks.remove(waiter)
             trio.lowlevel.reschedule(waiter)
             state.append(value)
-            state.settle()
+            # Fall through
         if state.data:
             value = state.data.popleft()
-            if state.watchers and state.stop_requested:
-                state.wake_watchers()
-            return value
+            if position is not _NONE:
+                state.advance()  # STOP may be next now
+            return value  # pyright: ignore[reportReturnType]  # never STOP here
         if not state.open_send_channels:
-            state.ended = True
+            state.end()
             raise trio.EndOfChannel
         raise trio.WouldBlock
 
     def _take_stop(self) -> StopType:
+        state = self._state
         self._me.stop_seen = True
+        if state.position is StopPosition.IN_BUFFER:
+            state.take_stop()
         if tracing.active:
-            self._state.trace(TraceKind.STOP_RECEIVED, trio.lowlevel.current_task())
+            state.trace(TraceKind.STOP_RECEIVED, trio.lowlevel.current_task())
         return STOP
 
     @trio.lowlevel.enable_ki_protection
@@ -478,16 +347,43 @@ class InboxReceiver(
             return value
 
         task = trio.lowlevel.current_task()
-        self._me.tasks.add(task)
-        self._state.receive_tasks[task] = self._me
+        me, state = self._me, self._state
+        me.tasks.add(task)
+        state.receive_tasks[task] = me
 
         def abort_fn(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-            self._me.tasks.remove(task)
-            del self._state.receive_tasks[task]
+            me.tasks.remove(task)
+            del state.receive_tasks[task]
             return trio.lowlevel.Abort.SUCCEEDED
 
         received: T | StopType = await trio.lowlevel.wait_task_rescheduled(abort_fn)
         return received
+
+    @trio.lowlevel.enable_ki_protection
+    def drain_nowait(self) -> list[T]:
+        """Take every message queued now, up to STOP, without blocking.
+
+        Returns the messages in the buffer and the values of the tasks blocked
+        in `InboxSender.send` (whose sends then complete), in the order
+        `receive` would have returned them, stopping before a STOP this
+        receiver has not received yet. After STOP, that is everything still
+        queued: a worker of an inbox opened with ``stop_first=True`` hands the
+        list on (to a successor, back to a queue) so that nothing is lost.
+        Not a checkpoint.
+
+        Returns:
+            list: The messages, possibly none.
+
+        Raises:
+            trio.ClosedResourceError: if this receiver was closed.
+        """
+        if self._me.closed:
+            raise trio.ClosedResourceError
+        state, me = self._state, self._me
+        messages: list[T] = []
+        while (state.data or state.send_tasks) and not state.stop_is_next(me):
+            messages.append(self.receive_nowait())  # pyright: ignore[reportArgumentType]  # never STOP here
+        return messages
 
     async def until_stop(
         self,
@@ -521,8 +417,11 @@ class InboxReceiver(
             What ``async_fn`` returned, or `STOP`.
 
         Raises:
+            TypeError: if ``async_fn`` is not callable.
             trio.ClosedResourceError: if this receiver was closed.
         """
+        if not callable(async_fn):
+            raise TypeError(f"async_fn must be an async function, not {async_fn!r}")
         state, me = self._state, self._me
         while True:
             if me.closed:
@@ -530,23 +429,47 @@ class InboxReceiver(
             if state.stop_is_next(me):
                 await trio.lowlevel.checkpoint()
                 if state.stop_is_next(me) and not me.closed:
-                    taken = self.receive_nowait()
-                    assert taken is STOP
-                    return STOP
+                    return self._take_stop()
                 continue
+            watchers = state.watchers
+            if watchers is None:
+                watchers = state.watchers = {}
             with trio.CancelScope() as scope:
-                state.watchers[scope] = me
+                watchers[scope] = me
                 try:
                     return await async_fn(*args)
                 finally:
-                    del state.watchers[scope]
+                    del watchers[scope]
             # Only a watcher cancels the scope, when STOP is next or the
             # receiver closed; loop to take STOP (or to wait again if another
             # task sharing this receiver took it first).
 
+    def iter_until_stop(self, source: trio.abc.ReceiveChannel[U]) -> AsyncIterator[U]:
+        """Iterate over ``source`` until STOP is next here or ``source`` ends.
+
+        The loop of a service that reads its input from a channel, such as
+        `open_stdin_lines`: each step is ``until_stop(source.receive)``, so
+        what the source delivered is never lost, and the iteration ends
+        cleanly at `STOP` and at the source's `trio.EndOfChannel` alike;
+        `stop_received` tells which::
+
+            async for line in inbox.iter_until_stop(lines):
+                await handle(line)
+            if not inbox.stop_received:
+                ...  # end of input
+
+        Each step is a checkpoint. The source's other exceptions propagate.
+
+        Raises:
+            TypeError: if ``source`` has no ``receive`` method.
+        """
+        if not callable(getattr(source, "receive", None)):
+            raise TypeError(f"source must be a receive channel, not {source!r}")
+        return _UntilStop(self, source)
+
     @trio.lowlevel.enable_ki_protection
     def clone(self) -> InboxReceiver[T]:
-        """Return a new receiver for the same inbox.
+        """Return a new receiver for the same inbox. Not a checkpoint.
 
         Messages are shared out between clones as in Trio; STOP is not: every
         clone gets its own STOP (a clone made after STOP was received starts
@@ -557,7 +480,7 @@ class InboxReceiver(
         """
         if self._me.closed:
             raise trio.ClosedResourceError
-        return type(self)._create(self._state, _Endpoint(stop_seen=self._me.stop_seen))  # pyright: ignore[reportPrivateUsage]
+        return InboxReceiver._create(self._state, Endpoint(stop_seen=self._me.stop_seen))  # pyright: ignore[reportPrivateUsage]
 
     def __enter__(self) -> Self:
         return self
@@ -600,18 +523,20 @@ class InboxReceiver(
             trio.lowlevel.reschedule(task, Error(trio.ClosedResourceError()))
             del state.receive_tasks[task]
         me.tasks.clear()
-        for scope, receiver in list(state.watchers.items()):
-            if receiver is me:
-                scope.cancel(reason="the inbox receiver was closed")
+        if state.watchers:
+            for scope, receiver in list(state.watchers.items()):
+                if receiver is me:
+                    scope.cancel(reason="the inbox receiver was closed")
         state.open_receive_channels -= 1
         if state.open_receive_channels == 0:
             assert not state.receive_tasks
             for waiter, (sender, _) in state.send_tasks.items():
-                if isinstance(waiter, Task):
+                if waiter is not STOP_MARKER:
                     sender.tasks.remove(waiter)
                     trio.lowlevel.reschedule(waiter, Error(trio.BrokenResourceError()))
             state.send_tasks.clear()
             state.data.clear()
+            state.end()
             if state.on_receivers_closed is not None:
                 state.on_receivers_closed(state)
                 state.on_receivers_closed = None
@@ -623,13 +548,51 @@ class InboxReceiver(
         await trio.lowlevel.checkpoint()
 
 
+@final
+@attrs.define(eq=False)
+class _UntilStop(Generic[U]):
+    """The async iterator returned by `InboxReceiver.iter_until_stop`."""
+
+    _inbox: InboxReceiver[object]
+    _source: trio.abc.ReceiveChannel[U]
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> U:
+        try:
+            item = await self._inbox.until_stop(self._source.receive)
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+        if item is STOP:
+            raise StopAsyncIteration
+        return item
+
+
+def check_stop_first(value: object) -> bool:
+    """Return ``value`` if it is a bool: the ``stop_first`` option.
+
+    Raises:
+        TypeError: if it is anything else.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"stop_first must be True or False, not {value!r}")
+    return value
+
+
 def open_inbox_with_state(
-    max_buffer_size: int | float,
+    max_buffer_size: int | float, *, stop_first: bool = False
 ) -> tuple[InboxSender[T], InboxReceiver[T], InboxState[T]]:
-    """Open an inbox and also return its shared state (for `Bundle.open_inbox`)."""
-    state = InboxState[T](check_buffer_size(max_buffer_size))
-    sender = InboxSender[T]._create(state)  # pyright: ignore[reportPrivateUsage]
-    receiver = InboxReceiver[T]._create(state, _Endpoint())  # pyright: ignore[reportPrivateUsage]
+    """Open an inbox and also return its shared state (for `Bundle.open_inbox`).
+
+    Raises:
+        TypeError, ValueError: as `open_inbox` does.
+    """
+    state: InboxState[T] = InboxState(
+        check_buffer_size(max_buffer_size), check_stop_first(stop_first)
+    )
+    sender: InboxSender[T] = InboxSender._create(state)  # pyright: ignore[reportPrivateUsage]
+    receiver: InboxReceiver[T] = InboxReceiver._create(state, Endpoint())  # pyright: ignore[reportPrivateUsage]
     return sender, receiver, state
 
 
@@ -643,28 +606,44 @@ class open_inbox(tuple[InboxSender[T], InboxReceiver[T]]):
     checkpoints), plus `InboxSender.stop` and `InboxReceiver.until_stop`. Use
     `Bundle.open_inbox` instead when a bundle should be able to stop it.
 
+    By default STOP waits behind the whole queue: a worker finishes what was
+    sent before it. With ``stop_first=True`` it goes ahead of every queued
+    message instead, for a service that would rather stop early: its next
+    `InboxReceiver.receive` returns STOP, and `InboxReceiver.drain_nowait`
+    then hands back what was still queued, including the values of blocked
+    senders, so that the service can pass them on.
+
+    Not a checkpoint.
+
     Args:
         max_buffer_size (int or math.inf): How many messages the inbox holds
             before `InboxSender.send` blocks; 0 (the default) makes every send
             wait for a receiver.
+        stop_first (bool): Deliver STOP ahead of the queued messages instead
+            of behind them. Keyword-only; False by default.
 
     Returns:
         A pair ``(sender, receiver)``; write ``open_inbox[Msg](n)`` to give
         the message type.
 
     Raises:
-        TypeError: if ``max_buffer_size`` is not an int or `math.inf`.
+        TypeError: if ``max_buffer_size`` is not an int or `math.inf`, or
+            ``stop_first`` is not a bool.
         ValueError: if ``max_buffer_size`` is negative.
     """
 
     def __new__(  # type: ignore[misc]
-        cls, max_buffer_size: int | float = 0
+        cls, max_buffer_size: int | float = 0, *, stop_first: bool = False
     ) -> tuple[InboxSender[T], InboxReceiver[T]]:
         sender: InboxSender[T]
         receiver: InboxReceiver[T]
         state: InboxState[T]
-        sender, receiver, state = open_inbox_with_state(max_buffer_size)
+        sender, receiver, state = open_inbox_with_state(
+            max_buffer_size, stop_first=stop_first
+        )
         del state
         return sender, receiver
 
-    def __init__(self, max_buffer_size: int | float = 0) -> None: ...
+    def __init__(
+        self, max_buffer_size: int | float = 0, *, stop_first: bool = False
+    ) -> None: ...
