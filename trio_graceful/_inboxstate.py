@@ -164,9 +164,9 @@ class InboxState(Generic[T]):
         if tracing.active:
             self.trace(TraceKind.STOP_SENT, trio.lowlevel.current_task())
         if self.stop_first:
-            self.position = next_position(position, StopEvent.REQUEST_FIRST)
+            self.apply(StopEvent.REQUEST_FIRST)
         else:
-            self.position = next_position(position, StopEvent.REQUEST)
+            self.apply(StopEvent.REQUEST)
             if self.send_tasks:
                 self.send_tasks[STOP_MARKER] = cast("tuple[Endpoint, T]", _MARKER_ENTRY)
         self.advance()
@@ -174,12 +174,21 @@ class InboxState(Generic[T]):
     def take_stop(self) -> None:
         """A receiver takes the STOP at the head of the buffer."""
         self.data.popleft()
-        self.position = next_position(self.position, StopEvent.REACH)
+        self.apply(StopEvent.REACH)
         self.advance()
 
     def end(self) -> None:
         """The inbox ended: end-of-channel was delivered, or every receiver closed."""
-        self.position = next_position(self.position, StopEvent.END)
+        self.apply(StopEvent.END)
+
+    def apply(self, event: StopEvent) -> None:
+        """Move STOP by ``event``, as the table says; the only writer of `position`.
+
+        Raises:
+            StopPositionError: if the table does not allow ``event`` now;
+                nothing changes then.
+        """
+        self.position = next_position(self.position, event)
 
     def advance(self) -> None:
         """Move STOP as far forward as the queue allows; wake whom it concerns.
@@ -193,12 +202,14 @@ class InboxState(Generic[T]):
             if self.send_tasks and next(iter(self.send_tasks)) is not STOP_MARKER:
                 return  # the senders ahead of STOP have not all gone
             self.send_tasks.pop(STOP_MARKER, None)
-            position = self.position = next_position(position, StopEvent.PASS_SENDERS)
+            self.apply(StopEvent.PASS_SENDERS)
+            position = self.position
             self.data.append(STOP)
         if position is _P.IN_BUFFER and self.receive_tasks:
             # Receivers wait, so the buffer holds nothing but STOP.
             self.data.popleft()
-            position = self.position = next_position(position, StopEvent.REACH)
+            self.apply(StopEvent.REACH)
+            position = self.position
         if position is _P.REACHED and self.receive_tasks:
             self._hand_stop_to_waiting_receivers()
         if self.watchers:

@@ -95,9 +95,7 @@ TRANSITIONS: Final[Mapping[tuple[StopPosition, StopEvent], StopPosition]] = (
 
 INITIAL_POSITION: Final = StopPosition.NONE
 
-REQUESTED: Final = frozenset(
-    {_P.BEHIND_SENDERS, _P.IN_BUFFER, _P.REACHED, _P.MOOT}
-)
+REQUESTED: Final = frozenset({_P.BEHIND_SENDERS, _P.IN_BUFFER, _P.REACHED, _P.MOOT})
 """The positions in which STOP has been requested."""
 
 
