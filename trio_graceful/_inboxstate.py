@@ -163,19 +163,22 @@ class InboxState(Generic[T]):
             return
         if tracing.active:
             self.trace(TraceKind.STOP_SENT, trio.lowlevel.current_task())
-        if self.stop_first:
+        if position is _P.NONE and (self.stop_first or self.receive_tasks):
+            # Ahead of the queue; also where STOP lands when receivers wait,
+            # since the queue is then empty.
             self.apply(StopEvent.REQUEST_FIRST)
-        else:
-            self.apply(StopEvent.REQUEST)
-            if self.send_tasks:
-                self.send_tasks[STOP_MARKER] = cast("tuple[Endpoint, T]", _MARKER_ENTRY)
+            self._reached()
+            return
+        self.apply(StopEvent.REQUEST)
+        if self.send_tasks:
+            self.send_tasks[STOP_MARKER] = cast("tuple[Endpoint, T]", _MARKER_ENTRY)
         self.advance()
 
     def take_stop(self) -> None:
         """A receiver takes the STOP at the head of the buffer."""
         self.data.popleft()
         self.apply(StopEvent.REACH)
-        self.advance()
+        self._reached()
 
     def end(self) -> None:
         """The inbox ended: end-of-channel was delivered, or every receiver closed."""
@@ -203,14 +206,19 @@ class InboxState(Generic[T]):
                 return  # the senders ahead of STOP have not all gone
             self.send_tasks.pop(STOP_MARKER, None)
             self.apply(StopEvent.PASS_SENDERS)
-            position = self.position
             self.data.append(STOP)
-        if position is _P.IN_BUFFER and self.receive_tasks:
+        elif position is _P.IN_BUFFER and self.receive_tasks:
             # Receivers wait, so the buffer holds nothing but STOP.
             self.data.popleft()
             self.apply(StopEvent.REACH)
-            position = self.position
-        if position is _P.REACHED and self.receive_tasks:
+            self._reached()
+            return
+        if self.watchers:
+            self.wake_watchers()
+
+    def _reached(self) -> None:
+        """STOP has just been reached: the waiting receivers and watchers get it."""
+        if self.receive_tasks:
             self._hand_stop_to_waiting_receivers()
         if self.watchers:
             self.wake_watchers()

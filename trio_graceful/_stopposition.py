@@ -11,8 +11,9 @@ The rules the table encodes:
 
 * STOP is requested once. From ``none`` it is queued behind the senders that
   are blocked at that moment (``behind blocked senders``, possibly behind
-  none), or, for an inbox opened with ``stop_first=True``, it jumps the whole
-  queue and is ``reached`` at once.
+  none), or it is ``reached`` at once: for an inbox opened with
+  ``stop_first=True`` it jumps the whole queue, and when receivers are
+  waiting the queue is empty, so ahead of it and behind it are the same.
 * It moves forward only: behind the senders, then in the buffer, then
   reached, that is, taken by a receiver, after which every other receiver
   object gets its own STOP before any message.
