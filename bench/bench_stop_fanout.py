@@ -27,6 +27,7 @@ alone, or ``python bench/run_all.py`` for all of them.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -85,64 +86,69 @@ async def bundle_shutdown(children: int, gc_enabled: bool) -> Drain:
     return min(left) - stopwatch.started_at, stopwatch.elapsed, stopwatch.cpu
 
 
-async def channels_closed(children: int, gc_enabled: bool) -> Drain:
+async def drained_by_hand(
+    children: int,
+    gc_enabled: bool,
+    open_pair: Callable[[], tuple[Any, Any]],
+    end: Callable[[Any], object],
+) -> Drain:
+    """Open ``children`` channels, one child drains each; ``end`` every sender."""
     left: list[float] = []
     stopwatch = _common.Stopwatch(gc_enabled=gc_enabled)
     try:
         async with trio.open_nursery() as nursery:
             senders = []
             for _ in range(children):
-                sender, receiver = trio.open_memory_channel[object](0)
+                sender, receiver = open_pair()
                 senders.append(sender)
                 nursery.start_soon(drain, receiver, left)
             await trio.testing.wait_all_tasks_blocked()
             stopwatch.start()
             for sender in senders:
-                sender.close()
+                end(sender)
     finally:
         stopwatch.stop()
     return min(left) - stopwatch.started_at, stopwatch.elapsed, stopwatch.cpu
+
+
+async def channels_closed(children: int, gc_enabled: bool) -> Drain:
+    return await drained_by_hand(
+        children,
+        gc_enabled,
+        functools.partial(trio.open_memory_channel[object], 0),
+        trio.MemorySendChannel.close,
+    )
 
 
 async def inboxes_stopped(children: int, gc_enabled: bool) -> Drain:
-    left: list[float] = []
-    stopwatch = _common.Stopwatch(gc_enabled=gc_enabled)
-    try:
-        async with trio.open_nursery() as nursery:
-            senders = []
-            for _ in range(children):
-                sender, inbox = trio_graceful.open_inbox()
-                senders.append(sender)
-                nursery.start_soon(drain, inbox, left)
-            await trio.testing.wait_all_tasks_blocked()
-            stopwatch.start()
-            for sender in senders:
-                sender.stop()
-    finally:
-        stopwatch.stop()
-    return min(left) - stopwatch.started_at, stopwatch.elapsed, stopwatch.cpu
+    return await drained_by_hand(
+        children, gc_enabled, trio_graceful.open_inbox, trio_graceful.InboxSender.stop
+    )
+
+
+async def opened(
+    children: int, gc_enabled: bool, open_pair: Callable[[], object]
+) -> Drain:
+    """CPU and wall time of opening ``children`` channels."""
+    with _common.Stopwatch(gc_enabled=gc_enabled) as stopwatch:
+        pairs = [open_pair() for _ in range(children)]
+    del pairs
+    return 0.0, stopwatch.elapsed, stopwatch.cpu
 
 
 async def open_inboxes(children: int, gc_enabled: bool) -> Drain:
-    with _common.Stopwatch(gc_enabled=gc_enabled) as stopwatch:
-        opened = [trio_graceful.open_inbox() for _ in range(children)]
-    del opened
-    return 0.0, stopwatch.elapsed, stopwatch.cpu
+    return await opened(children, gc_enabled, trio_graceful.open_inbox)
 
 
 async def open_bundle_inboxes(children: int, gc_enabled: bool) -> Drain:
     async with trio_graceful.open_bundle() as bundle:
-        with _common.Stopwatch(gc_enabled=gc_enabled) as stopwatch:
-            opened = [bundle.open_inbox() for _ in range(children)]
-        del opened
-    return 0.0, stopwatch.elapsed, stopwatch.cpu
+        return await opened(children, gc_enabled, bundle.open_inbox)
 
 
 async def open_channels(children: int, gc_enabled: bool) -> Drain:
-    with _common.Stopwatch(gc_enabled=gc_enabled) as stopwatch:
-        opened = [trio.open_memory_channel[object](0) for _ in range(children)]
-    del opened
-    return 0.0, stopwatch.elapsed, stopwatch.cpu
+    return await opened(
+        children, gc_enabled, functools.partial(trio.open_memory_channel[object], 0)
+    )
 
 
 OPENERS: dict[str, Callable[[int, bool], Any]] = {
