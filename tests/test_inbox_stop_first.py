@@ -7,6 +7,7 @@ import math
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings, strategies as st
 
 from trio_graceful import STOP, ChildOutcome, open_bundle, open_inbox
 
@@ -165,3 +166,72 @@ async def test_thirty_queued_jobs_by_default_wait_behind_the_queue(autojump_cloc
     assert not report.graceful
     assert report.count(ChildOutcome.CANCELLED) == 3
     assert result["ended_at"] == result["t0"] + 1
+
+
+# -- random interleavings: stopping early loses nothing -----------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    buffer=st.sampled_from([0, 1, 3, math.inf]),
+    receivers=st.integers(1, 3),
+    sends=st.lists(
+        st.tuples(st.integers(0, 5), st.one_of(st.none(), st.integers(0, 2))),
+        max_size=10,
+    ),
+    stop_at=st.integers(0, 6),
+)
+def test_stop_first_and_drain_lose_nothing(buffer, receivers, sends, stop_at):
+    async def main() -> None:
+        tx, rx = open_inbox[int](buffer, stop_first=True)
+        inboxes = [rx] + [rx.clone() for _ in range(receivers - 1)]
+        completed: set[int] = set()
+        got: list[int] = []
+        # a global order of events: when stop() ran, when receive() was called
+        clock = iter(range(10**6))
+        stopped_at: list[int] = []
+        overtaken: list[int] = []
+
+        async def send(seq: int, at: int, cancel_after: int | None) -> None:
+            await trio.sleep(at)
+            with trio.CancelScope() as scope:
+                if cancel_after is not None:
+                    scope.deadline = trio.current_time() + cancel_after
+                await tx.send(seq)
+                completed.add(seq)
+
+        async def stopper() -> None:
+            await trio.sleep(stop_at)
+            tx.stop()
+            stopped_at.append(next(clock))
+
+        async def receive(inbox) -> None:
+            while True:
+                called = next(clock)
+                try:
+                    msg = await inbox.receive()
+                except trio.EndOfChannel:
+                    return
+                if msg is STOP:
+                    got.extend(inbox.drain_nowait())
+                    continue
+                if not inbox.stop_received and stopped_at and called > stopped_at[0]:
+                    # a receive called after stop() must have returned STOP
+                    overtaken.append(msg)
+                got.append(msg)
+
+        async with trio.open_nursery() as nursery:
+            for inbox in inboxes:
+                nursery.start_soon(receive, inbox)
+            nursery.start_soon(stopper)
+            async with trio.open_nursery() as senders:
+                for seq, (at, cancel_after) in enumerate(sends):
+                    senders.start_soon(send, seq, at, cancel_after)
+            await trio.sleep(stop_at + 1)
+            tx.close()
+        assert sorted(got) == sorted(completed)
+        assert len(got) == len(set(got))
+        assert all(inbox.stop_received for inbox in inboxes)
+        assert overtaken == []
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
