@@ -371,3 +371,24 @@ async def test_a_nested_bundle_that_abandons_work_logs_at_info(autojump_clock, c
         "bundle 'root/worker/inner': 0 finished, 1 hard-cancelled, 0 raised, "
         "1 abandoned, in 1.000 s"
     )
+
+
+async def test_a_bundle_inbox_can_stop_first_and_hand_back_the_queue(autojump_clock):
+    handed_back: list[object] = []
+
+    async def worker(inbox):
+        async for _ in inbox:
+            await trio.sleep(1)
+        handed_back.extend(inbox.drain_nowait())
+
+    t0 = trio.current_time()
+    async with open_bundle() as bundle:
+        sender, inbox = bundle.open_inbox(10, stop_first=True)
+        for job in range(5):
+            sender.send_nowait(job)
+        bundle.start_soon(worker, inbox)
+        await trio.sleep(0.5)  # job 0 is being worked on
+        report = await bundle.shutdown(grace=10)
+    assert report.graceful
+    assert trio.current_time() - t0 == 1
+    assert handed_back == [1, 2, 3, 4]

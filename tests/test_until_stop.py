@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import pytest
 import trio
 import trio.testing
 
-from trio_graceful import STOP, open_bundle, open_inbox
+from trio_graceful import STOP, open_bundle, open_inbox, open_stdin_lines
 
 
 async def test_returns_the_source_result(autojump_clock):
@@ -205,3 +206,68 @@ async def test_accept_loop_stops_at_once_while_connections_drain():
         assert received == b"done:req1bye"
         await client.aclose()
     assert served == [b"req1"]
+
+
+# -- iter_until_stop: a source channel until STOP or its end ------------------
+
+
+async def test_iteration_ends_at_the_end_of_the_source(autojump_clock):
+    source_tx, source_rx = trio.open_memory_channel[str](math.inf)
+    _, inbox = open_inbox[int]()
+    for item in ("a", "b"):
+        source_tx.send_nowait(item)
+    source_tx.close()
+    seen = [item async for item in inbox.iter_until_stop(source_rx)]
+    assert seen == ["a", "b"]
+    assert not inbox.stop_received
+
+
+async def test_iteration_ends_at_stop_and_leaves_the_source_alone(autojump_clock):
+    t0 = trio.current_time()
+    source_tx, source_rx = trio.open_memory_channel[str](math.inf)
+    tx, inbox = open_inbox[int]()
+    seen: list[tuple[str, float]] = []
+
+    async def feed() -> None:
+        source_tx.send_nowait("first")
+        await trio.sleep(1)
+        source_tx.send_nowait("second")
+        await trio.sleep(1)
+        tx.stop()
+        source_tx.send_nowait("unread")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(feed)
+        async for item in inbox.iter_until_stop(source_rx):
+            seen.append((item, trio.current_time() - t0))
+    assert seen == [("first", 0), ("second", 1)]
+    assert inbox.stop_received
+    assert trio.current_time() - t0 == 2
+    # nothing the source produced was lost
+    assert source_rx.receive_nowait() == "unread"
+
+
+async def test_iteration_over_real_stdin_lines_ends_at_eof():
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"one\ntwo\n")
+        os.close(write_end)
+        write_end = -1
+        _, inbox = open_inbox[int]()
+        async with open_stdin_lines(fd=read_end) as lines:
+            seen = [line async for line in inbox.iter_until_stop(lines)]
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    assert seen == [b"one\n", b"two\n"]
+    assert not inbox.stop_received
+
+
+async def test_iteration_propagates_the_source_errors(autojump_clock):
+    _, inbox = open_inbox[int]()
+    _, source_rx = trio.open_memory_channel[int](0)
+    source_rx.close()
+    with pytest.raises(trio.ClosedResourceError):
+        async for _ in inbox.iter_until_stop(source_rx):
+            pass

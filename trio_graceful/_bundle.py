@@ -317,7 +317,7 @@ class Bundle(metaclass=NoPublicConstructor):
         )
 
     def open_inbox(
-        self, max_buffer_size: int | float = 0
+        self, max_buffer_size: int | float = 0, *, stop_first: bool = False
     ) -> tuple[InboxSender[Any], InboxReceiver[Any]]:
         """Open an inbox that `shutdown` will stop. Not a checkpoint.
 
@@ -327,6 +327,8 @@ class Bundle(metaclass=NoPublicConstructor):
 
         Args:
             max_buffer_size (int or math.inf): As for `open_inbox`.
+            stop_first (bool): As for `open_inbox`: STOP goes ahead of the
+                queued messages, which `InboxReceiver.drain_nowait` hands back.
 
         Raises:
             TypeError, ValueError: for a bad ``max_buffer_size``.
@@ -336,7 +338,9 @@ class Bundle(metaclass=NoPublicConstructor):
         sender: InboxSender[Any]
         receiver: InboxReceiver[Any]
         state: InboxState[Any]
-        sender, receiver, state = open_inbox_with_state(max_buffer_size)
+        sender, receiver, state = open_inbox_with_state(
+            max_buffer_size, stop_first=stop_first
+        )
         state.owner = self.path
         self._stop_fanout().add_inbox(state)
         return sender, receiver

@@ -62,11 +62,13 @@ def check_buffer_size(value: object) -> int | float:
         TypeError: if ``value`` is neither an int nor `math.inf`.
         ValueError: if ``value`` is negative.
     """
-    if value != math.inf and (isinstance(value, bool) or not isinstance(value, int)):
+    # Exactly int or float infinity: Decimal("Infinity") == math.inf too.
+    if isinstance(value, bool) or not (
+        isinstance(value, int) or (isinstance(value, float) and value == math.inf)
+    ):
         raise TypeError(
             f"max_buffer_size must be an integer or math.inf, not {value!r}"
         )
-    assert isinstance(value, (int, float))
     if value < 0:
         raise ValueError(f"max_buffer_size must be >= 0, not {value!r}")
     return value
