@@ -27,6 +27,7 @@ from ._lifecycle import (
     LifecycleState as LifecycleState,
     StateUnreachableError as StateUnreachableError,
 )
+from ._paths import current_bundle as current_bundle
 from ._plot import plot_timeline as plot_timeline
 from ._process import run_process as run_process
 from ._report import (
