@@ -31,9 +31,11 @@ GRACE = 5.0
 GOODBYE = b"server shutting down, goodbye\n"
 
 
-async def echo(connections: trio_graceful.Bundle, stream: trio.SocketStream) -> None:
+async def echo(stream: trio.SocketStream) -> None:
     """Echo what the client sends until STOP, then say goodbye."""
-    _, inbox = connections.open_inbox()  # connections.shutdown() puts STOP here
+    # This task is a child of the connections' bundle, whose shutdown() puts
+    # STOP in every inbox opened on it.
+    _, inbox = trio_graceful.current_bundle().open_inbox()
     async with stream:
         while True:
             # The idle point: a wait for the client that STOP can interrupt.
@@ -62,7 +64,7 @@ async def serve(
     async with trio_graceful.open_bundle(name="connections") as connections:
         accept = functools.partial(
             trio.serve_tcp,
-            functools.partial(echo, connections),
+            echo,
             port,
             host="127.0.0.1",
             # trio.serve_tcp annotates this argument as trio.Nursery, which
