@@ -74,13 +74,30 @@ _EXTERNAL = [
     "types",
     "typing",
 ]
-nitpick_ignore_regex = [(r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?")]
+nitpick_ignore_regex = [
+    (r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
+    # Type variables in the signatures (T, R, PosArgT): they stand for the
+    # caller's types and have no entry of their own to link to.
+    (r"py:class", r"(trio_graceful\._\w+\.)?(T|R|PosArgT)"),
+    # Trace.plot's matplotlib Axes, imported only for type checkers (the
+    # plot extra is optional), so autodoc sees the bare name.
+    (r"py:class", r"Axes"),
+]
 
 autodoc_member_order = "bysource"
-autodoc_typehints = "none"  # the docstrings say it in words, Trio-style
+# Types go in the description of each parameter and return value, next to
+# what the docstring says about them; the signatures stay short.
+autodoc_typehints = "description"
+# Only for what the docstring describes: no "args (object)" for the classes
+# that have no public constructor.
+autodoc_typehints_description_target = "documented_params"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 html_theme = "alabaster"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_theme_options = {
+    # Room for 88 columns of code beside the sidebar (see _static/custom.css).
+    "page_width": "1160px",
+}

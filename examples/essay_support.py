@@ -64,7 +64,9 @@ class Timeline:
     """What happened when, in seconds since the example started."""
 
     start: float = attrs.field(factory=trio.current_time)
-    events: list[tuple[float, str, str]] = attrs.field(factory=list)
+    events: list[tuple[float, str, str]] = attrs.field(
+        factory=list[tuple[float, str, str]]
+    )
 
     def __call__(self, who: str, what: str) -> None:
         self.events.append((trio.current_time() - self.start, who, what))

@@ -17,14 +17,14 @@ import trio
 import trio_graceful
 
 
-async def worker(name, inbox):
+async def worker(name: str, inbox: trio_graceful.InboxReceiver[float]) -> None:
     async for job in inbox:  # ends at STOP, after the jobs queued before it
         await trio.sleep(job)
         print(f"{name}: finished a {job} s job")
     print(f"{name}: got STOP, cleaning up")
 
 
-async def main(grace=2.0):
+async def main(grace: float = 2.0) -> trio_graceful.CancelReport:
     async with trio_graceful.open_bundle(name="workers") as bundle:
         for name in ("ann", "bob"):
             send, inbox = bundle.open_inbox(10)
@@ -32,7 +32,7 @@ async def main(grace=2.0):
             for job in (0.1, 0.2):
                 send.send_nowait(job)
         bundle.start_soon(trio.sleep_forever, name="stuck")
-        report = await bundle.shutdown(grace=grace)
+        report = await bundle.shutdown(grace=grace)  # STOP, then up to grace seconds
     print(report.summary())
     return report
 

@@ -1,0 +1,93 @@
+"""A TCP echo server that shuts down gracefully.
+
+Every connection is a child of a bundle, passed to `trio.serve_tcp` as its
+``handler_nursery``. At STOP the server stops accepting (the listener
+closes) and each connection answers what it has received, says goodbye and
+waits for its client to close; ``grace`` bounds that wait, and a client that
+never closes is cut off when it runs out.
+
+Run it, connect with ``nc 127.0.0.1 8007`` from another terminal, type a few
+lines, then press Ctrl+C where the server runs::
+
+    python examples/tcp_echo_server.py [PORT]
+
+Try: keep nc open after the goodbye, and watch the server cut it off when
+the 5 seconds of grace are up.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import typing
+
+import trio
+
+import trio_graceful
+from trio_graceful import STOP
+
+PORT = 8007
+GRACE = 5.0
+GOODBYE = b"server shutting down, goodbye\n"
+
+
+async def echo(stream: trio.SocketStream) -> None:
+    """Echo what the client sends until STOP, then say goodbye."""
+    # This task is a child of the connections' bundle, whose shutdown() puts
+    # STOP in every inbox opened on it.
+    _, inbox = trio_graceful.current_bundle().open_inbox()
+    async with stream:
+        while True:
+            # The idle point: a wait for the client that STOP can interrupt.
+            data = await inbox.until_stop(stream.receive_some)
+            if data is STOP:
+                break
+            if not data:
+                return  # the client closed first
+            await stream.send_all(data)  # what was received is answered
+        await stream.send_all(GOODBYE)
+        await stream.send_eof()
+        while await stream.receive_some():  # until the client closes too
+            pass
+
+
+async def serve(
+    inbox: trio_graceful.InboxReceiver[object],
+    *,
+    port: int = PORT,
+    grace: float = GRACE,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = (
+        trio.TASK_STATUS_IGNORED
+    ),
+) -> None:
+    """Accept connections until STOP comes in ``inbox``, then drain them."""
+    async with trio_graceful.open_bundle(name="connections") as connections:
+        accept = functools.partial(
+            trio.serve_tcp,
+            echo,
+            port,
+            host="127.0.0.1",
+            # trio.serve_tcp annotates this argument as trio.Nursery, which
+            # only Trio can create; a Bundle has everything it uses.
+            handler_nursery=typing.cast(trio.Nursery, connections),
+            task_status=task_status,
+        )
+        # Cancelling serve_tcp only closes the listener: the connections are
+        # children of the bundle and live on.
+        await inbox.until_stop(accept)
+        report = await connections.shutdown(grace=grace)
+        print(report.summary())
+
+
+async def main(port: int = PORT) -> None:
+    _, inbox = trio_graceful.current_runner().root.open_inbox()  # STOP comes here
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(serve, inbox, port=port))
+        host, port = listeners[0].socket.getsockname()[:2]
+        print(f"listening on {host}:{port}", flush=True)
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else PORT
+    # One second more than the connections get, to close and report.
+    sys.exit(trio_graceful.run(main, port, grace=GRACE + 1))
