@@ -1,0 +1,236 @@
+"""One server-side WebSocket connection on a Trio stream.
+
+The protocol is the sans-io core of the ``websockets`` library
+(`websockets.server.ServerProtocol`): it parses frames, answers PING and the
+client's CLOSE, and checks sizes; this module moves its bytes over a
+`trio.SocketStream` and assembles messages. The server that uses it keeps
+full control over *when* it reads: `WebSocket.wait_readable` waits without
+taking anything from the socket, and `WebSocket.receive` hands over every
+message one read brought in, so a server always knows exactly which requests
+it has read. (trio-websocket reads in a task of its own and queues what it
+read, out of the server's sight.)
+
+Part of ``examples/websocket_close_server.py``; see that file.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+
+import attrs
+import trio
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Request
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+
+RECEIVE_SIZE = 65536
+"""Bytes asked of the socket per read."""
+
+ABNORMAL = 1006
+"""The code reported for a connection that ended without a close handshake."""
+
+Message = str | bytes
+"""A complete text (str) or binary (bytes) message."""
+
+
+class ConnectionClosed(Exception):
+    """The connection is closed, or closing: no message can be sent or received."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"connection closed: {code} {reason}".rstrip())
+        self.code = code
+        self.reason = reason
+
+
+@attrs.define(eq=False)
+class WebSocket:
+    """An open WebSocket connection. Made by `accept_websocket`.
+
+    One task reads (`wait_readable`, `receive`, `aclose`); any task may send.
+    """
+
+    stream: trio.SocketStream
+    _protocol: ServerProtocol
+    _send_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _binary: list[bytes] = attrs.field(factory=list[bytes], init=False)
+    _chars: list[str] = attrs.field(factory=list[str], init=False)
+    _text: codecs.IncrementalDecoder | None = attrs.field(default=None, init=False)
+    _early: list[Message] = attrs.field(factory=list[Message], init=False)
+
+    @classmethod
+    async def accept(
+        cls, stream: trio.SocketStream, *, max_message: int
+    ) -> WebSocket | None:
+        """Read the opening handshake from ``stream`` and accept it.
+
+        Returns the open `WebSocket`, or None if the client sent something
+        else (it got an HTTP error response) or left. Cancelling it loses
+        nothing that matters: no message has been read. This is a checkpoint.
+        """
+        protocol = ServerProtocol(max_size=max_message)
+        ws = cls(stream, protocol)
+        while True:
+            data = await ws.read_some()
+            if not data:
+                return None
+            protocol.receive_data(data)
+            for event in protocol.events_received():
+                if isinstance(event, Request):
+                    protocol.send_response(protocol.accept(event))
+                elif isinstance(event, Frame) and protocol.state is State.OPEN:
+                    # frames sent right behind the handshake, in the same read
+                    ws._take(event, ws._early.append)
+            await ws.flush()
+            if protocol.state is State.OPEN:
+                return ws
+            if protocol.close_expected() or protocol.state is State.CLOSED:
+                return None
+
+    def __str__(self) -> str:
+        host, port = self.stream.socket.getpeername()[:2]
+        return f"ws<{host}:{port}>"
+
+    async def read_some(self) -> bytes:
+        try:
+            return await self.stream.receive_some(RECEIVE_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return b""
+
+    async def wait_readable(self) -> None:
+        """Wait until the client has sent something; take nothing.
+
+        Cancel-safe: nothing is read. This is a checkpoint.
+        """
+        if self._early:
+            await trio.lowlevel.checkpoint()
+        else:
+            await trio.lowlevel.wait_readable(self.stream.socket)
+
+    async def receive(self) -> list[Message]:
+        """Read once; return the complete messages that read brought in.
+
+        Often returns several messages, sometimes none (a PING, or a part of
+        a frame). Answers PING and the client's CLOSE. Cancelling it loses no
+        data only while it waits for the socket: call `wait_readable` first
+        where a cancellation must not lose a message. This is a checkpoint.
+
+        Raises:
+            ConnectionClosed: if the client closed, the connection was lost,
+                or the client broke the protocol (it was failed with the code
+                RFC 6455 asks for: 1002, 1007 or 1009).
+        """
+        if self._early:
+            await trio.lowlevel.checkpoint()
+            early, self._early = self._early, []
+            return early
+        data = await self.read_some()
+        protocol = self._protocol
+        if data:
+            protocol.receive_data(data)
+        else:
+            protocol.receive_eof()
+        messages: list[Message] = []
+        for frame in protocol.events_received():
+            if isinstance(frame, Frame) and protocol.state is State.OPEN:
+                self._take(frame, messages.append)
+        await self.flush()
+        if protocol.state is not State.OPEN:
+            raise self._closed()
+        return messages
+
+    def _take(self, frame: Frame, deliver: Callable[[Message], None]) -> None:
+        opcode, data = frame.opcode, frame.data
+        try:
+            if opcode is Opcode.TEXT:
+                if frame.fin:  # the common case: a message in one frame
+                    deliver(bytes(data).decode())
+                    return
+                self._text = codecs.getincrementaldecoder("utf-8")()
+            elif opcode is Opcode.BINARY:
+                self._text = None
+                if frame.fin:
+                    deliver(bytes(data))
+                    return
+            elif opcode is not Opcode.CONT:
+                return  # PING, PONG, CLOSE: the protocol answered them
+            if self._text is None:
+                self._binary.append(bytes(data))
+                if frame.fin:
+                    deliver(b"".join(self._binary))
+                    self._binary.clear()
+            else:
+                # Decoded fragment by fragment, to fail invalid UTF-8 early.
+                self._chars.append(self._text.decode(data, frame.fin))
+                if frame.fin:
+                    deliver("".join(self._chars))
+                    self._chars.clear()
+        except UnicodeDecodeError:
+            self._protocol.fail(1007, "invalid UTF-8 in a text message")
+
+    async def send(self, message: Message) -> None:
+        """Send a text (str) or binary (bytes) message. This is a checkpoint.
+
+        Raises:
+            ConnectionClosed: if a CLOSE has been sent or received.
+        """
+        if self._protocol.state is not State.OPEN:
+            raise self._closed()
+        if isinstance(message, str):
+            self._protocol.send_text(message.encode())
+        else:
+            self._protocol.send_binary(message)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Send what the protocol has queued; half-close TCP when it says so.
+
+        Senders take turns; one of them sends all that is queued by then.
+        """
+        async with self._send_lock:
+            data = self._protocol.data_to_send()
+            if not data:
+                return
+            eof = data[-1] == b""
+            try:
+                await self.stream.send_all(b"".join(data))
+                if eof:
+                    await self.stream.send_eof()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._protocol.receive_eof()
+
+    async def aclose(self, code: int, reason: str) -> None:
+        """Send CLOSE, drop what comes before the client's CLOSE, then return.
+
+        The caller closes the TCP stream. Not bounded here: run it under the
+        grace of a bundle. This is a checkpoint.
+        """
+        if self._protocol.state is State.OPEN:
+            self._protocol.send_close(code, reason)
+            await self.flush()
+        while self._protocol.state is not State.CLOSED:
+            data = await self.read_some()
+            if data:
+                self._protocol.receive_data(data)
+            else:
+                self._protocol.receive_eof()
+            self._protocol.events_received()  # after our CLOSE: dropped
+            await self.flush()
+            if self._protocol.close_rcvd is not None:
+                return  # the handshake is complete: close TCP now
+
+    @property
+    def close_code(self) -> int:
+        """The code of the CLOSE received, else sent; 1006 without one."""
+        close = self._protocol.close_rcvd or self._protocol.close_sent
+        return ABNORMAL if close is None else int(close.code)
+
+    def _closed(self) -> ConnectionClosed:
+        close = self._protocol.close_rcvd or self._protocol.close_sent
+        if close is None:
+            return ConnectionClosed(ABNORMAL, "")
+        return ConnectionClosed(int(close.code), close.reason)
+
+
+accept_websocket = WebSocket.accept
