@@ -1,0 +1,121 @@
+"""Clients that pipeline requests to ``examples/websocket_close_server.py``.
+
+They behave like real clients during a shutdown: they keep sending until the
+server's CLOSE reaches them, as they cannot know sooner. Each records what it
+saw, so that what happened to every request can be told from the client's
+side: answered, refused, or sent and never replied to. Used by
+``examples/websocket_demo.py`` and by the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+from collections.abc import AsyncIterator, Iterable
+
+import attrs
+import trio
+import trio_websocket
+
+ON_THE_WIRE = 0.02
+"""Seconds: a request sent this shortly before the connection ended may have
+crossed the server's CLOSE on the wire; no reply is owed for it."""
+
+
+@attrs.define
+class ClientRecord:
+    """What one client sent and saw, with times in Trio's clock."""
+
+    sent: dict[int, float] = attrs.field(factory=dict[int, float])
+    """Request id -> when it was sent."""
+    answered: list[int] = attrs.field(factory=list[int])
+    refused: list[int] = attrs.field(factory=list[int])
+    """Requests answered ``{"id": N, "error": "shutting down"}``."""
+    close_code: int | None = None
+    """The code of the server's CLOSE; None if the connection just dropped."""
+    ended_at: float | None = None
+    """When the CLOSE came, or the connection dropped."""
+
+    def unanswered(self) -> list[int]:
+        """Requests sent well before the end that got no reply at all."""
+        replied = {*self.answered, *self.refused}
+        end = self.ended_at if self.ended_at is not None else trio.current_time()
+        return sorted(
+            request_id
+            for request_id, at in self.sent.items()
+            if request_id not in replied and at < end - ON_THE_WIRE
+        )
+
+    def on_the_wire(self) -> int:
+        """Requests without a reply, sent at most `ON_THE_WIRE` before the end."""
+        replied = len(self.answered) + len(self.refused)
+        return len(self.sent) - replied - len(self.unanswered())
+
+
+def random_requests(
+    first_id: int, rng: random.Random, work_ms: tuple[int, int]
+) -> Iterable[tuple[int, int]]:
+    """Endless ``(id, work_ms)`` pairs with random work, ids from ``first_id``."""
+    request_id = first_id
+    while True:
+        yield request_id, rng.randint(*work_ms)
+        request_id += 1
+
+
+@contextlib.asynccontextmanager
+async def open_trio_websocket(
+    port: int,
+) -> AsyncIterator[trio_websocket.WebSocketConnection]:
+    """Connect a trio-websocket client; close it (CLOSE 1000) unless closed.
+
+    The client owns its TCP stream: trio-websocket 0.12's own client leaves
+    its socket open when the server closes first.
+    """
+    async with (
+        await trio.open_tcp_stream("127.0.0.1", port) as stream,
+        trio.open_nursery() as nursery,
+    ):
+        ws = await trio_websocket.wrap_client_stream(nursery, stream, "127.0.0.1", "/")
+        yield ws
+        await ws.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def pipelining_client(
+    port: int,
+    requests: Iterable[tuple[int, int]],
+    record: ClientRecord,
+    *,
+    pause: tuple[float, float] | None = None,
+    rng: random.Random | None = None,
+) -> None:
+    """Send ``requests`` until the server closes; record every reply.
+
+    Between requests it waits a random time in ``pause`` (seconds), or not
+    at all. Returns once the connection has ended.
+    """
+    rng = rng or random.Random()
+    async with open_trio_websocket(port) as ws, trio.open_nursery() as nursery:
+
+        async def send() -> None:
+            with contextlib.suppress(trio_websocket.ConnectionClosed):
+                for request_id, work_ms in requests:
+                    message = json.dumps({"id": request_id, "work_ms": work_ms})
+                    record.sent[request_id] = trio.current_time()
+                    await ws.send_message(message)
+                    await trio.sleep(0 if pause is None else rng.uniform(*pause))
+
+        nursery.start_soon(send)
+        try:
+            while True:
+                reply = json.loads(await ws.get_message())
+                if "error" in reply:
+                    record.refused.append(reply["id"])
+                else:
+                    record.answered.append(reply["id"])
+        except trio_websocket.ConnectionClosed as exc:
+            record.ended_at = trio.current_time()
+            if exc.reason is not None and exc.reason.code != 1006:
+                record.close_code = exc.reason.code
+        nursery.cancel_scope.cancel()
