@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 
 import attrs
 import trio
@@ -34,6 +34,9 @@ class ClientRecord:
     """Requests answered ``{"id": N, "error": "shutting down"}``."""
     close_code: int | None = None
     """The code of the server's CLOSE; None if the connection just dropped."""
+    close_reason: str | None = None
+    clean: bool = False
+    """The close handshake completed: CLOSE both ways."""
     ended_at: float | None = None
     """When the CLOSE came, or the connection dropped."""
 
@@ -66,7 +69,7 @@ def random_requests(
 @contextlib.asynccontextmanager
 async def open_trio_websocket(
     port: int,
-) -> AsyncIterator[trio_websocket.WebSocketConnection]:
+) -> AsyncGenerator[trio_websocket.WebSocketConnection]:
     """Connect a trio-websocket client; close it (CLOSE 1000) unless closed.
 
     The client owns its TCP stream: trio-websocket 0.12's own client leaves
@@ -118,4 +121,6 @@ async def pipelining_client(
             record.ended_at = trio.current_time()
             if exc.reason is not None and exc.reason.code != 1006:
                 record.close_code = exc.reason.code
+                record.close_reason = exc.reason.reason
+                record.clean = True  # trio-websocket answers the CLOSE
         nursery.cancel_scope.cancel()

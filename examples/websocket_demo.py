@@ -174,7 +174,9 @@ async def run_demo(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo from the command line and print its report."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description="A graceful WebSocket shutdown next to a naive one."
+    )
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--grace", type=float, default=10.0)
     parser.add_argument(
