@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import time
 from collections.abc import AsyncGenerator, Iterable
 
 import attrs
@@ -25,10 +26,14 @@ crossed the server's CLOSE on the wire; no reply is owed for it."""
 
 @attrs.define
 class ClientRecord:
-    """What one client sent and saw, with times in Trio's clock."""
+    """What one client sent and saw.
+
+    Times are `time.time`, comparable with other processes' clocks and logs.
+    """
 
     sent: dict[int, float] = attrs.field(factory=dict[int, float])
-    """Request id -> when it was sent."""
+    """Request id -> when it was sent (when the send returned)."""
+    local_port: int = 0
     answered: list[int] = attrs.field(factory=list[int])
     refused: list[int] = attrs.field(factory=list[int])
     """Requests answered ``{"id": N, "error": "shutting down"}``."""
@@ -40,10 +45,14 @@ class ClientRecord:
     ended_at: float | None = None
     """When the CLOSE came, or the connection dropped."""
 
-    def unanswered(self) -> list[int]:
-        """Requests sent well before the end that got no reply at all."""
+    def unanswered(self, end: float | None = None) -> list[int]:
+        """Requests sent well before the end that got no reply at all.
+
+        The end is when the client saw the connection end, unless given (a
+        busy client may see it late, and keep sending meanwhile).
+        """
         replied = {*self.answered, *self.refused}
-        end = self.ended_at if self.ended_at is not None else trio.current_time()
+        end = end or self.ended_at or time.time()
         return sorted(
             request_id
             for request_id, at in self.sent.items()
@@ -100,13 +109,14 @@ async def pipelining_client(
     """
     rng = rng or random.Random()
     async with open_trio_websocket(port) as ws, trio.open_nursery() as nursery:
+        record.local_port = ws.local.port  # type: ignore[union-attr]
 
         async def send() -> None:
             with contextlib.suppress(trio_websocket.ConnectionClosed):
                 for request_id, work_ms in requests:
                     message = json.dumps({"id": request_id, "work_ms": work_ms})
-                    record.sent[request_id] = trio.current_time()
                     await ws.send_message(message)
+                    record.sent[request_id] = time.time()  # now in the kernel
                     await trio.sleep(0 if pause is None else rng.uniform(*pause))
 
         nursery.start_soon(send)
@@ -118,7 +128,7 @@ async def pipelining_client(
                 else:
                     record.answered.append(reply["id"])
         except trio_websocket.ConnectionClosed as exc:
-            record.ended_at = trio.current_time()
+            record.ended_at = time.time()
             if exc.reason is not None and exc.reason.code != 1006:
                 record.close_code = exc.reason.code
                 record.close_reason = exc.reason.reason

@@ -358,15 +358,19 @@ class WorkServer:
         close: tuple[int, str] | None = None
         while True:
             if close is None:
-                # Idle points: STOP ends these waits; they read nothing.
-                if in_flight.count >= in_flight.limit:
-                    await inbox.until_stop(in_flight.wait_for_a_slot)
-                if await inbox.until_stop(ws.wait_readable) is STOP:
+                # Idle points: STOP ends these waits; they read nothing. At
+                # max_in_flight it waits for a slot first (backpressure).
+                full = in_flight.count >= in_flight.limit
+                wait = in_flight.wait_for_a_slot if full else ws.wait_readable
+                if await inbox.until_stop(wait) is STOP:
                     close = GOING_AWAY
                     in_flight.cut_off_at(self._work_deadline())
+                if full or close:
                     continue
-            elif not await in_flight.run_until_idle(ws.wait_readable):
-                return close  # nothing in flight: CLOSE goes out now
+            elif not (
+                await in_flight.run_until_idle(ws.wait_readable) or ws.readable_now()
+            ):
+                return close  # nothing in flight, nothing unread: CLOSE now
             refuse = self.reject_during_drain and close is GOING_AWAY
             for message in await ws.receive():
                 if self.echo:

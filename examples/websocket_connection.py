@@ -16,6 +16,7 @@ Part of ``examples/websocket_close_server.py``; see that file.
 from __future__ import annotations
 
 import codecs
+import select
 from collections.abc import Callable
 
 import attrs
@@ -107,6 +108,12 @@ class WebSocket:
             await trio.lowlevel.checkpoint()
         else:
             await trio.lowlevel.wait_readable(self.stream.socket)
+
+    def readable_now(self) -> bool:
+        """Tell, without waiting, whether the client has sent something unread."""
+        return bool(self._early) or bool(
+            select.select([self.stream.socket], [], [], 0)[0]
+        )
 
     async def receive(self) -> list[Message]:
         """Read once; return the complete messages that read brought in.

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import struct
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 
@@ -137,15 +138,15 @@ async def _websockets_client(
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    loop = asyncio.get_running_loop()
     record = ClientRecord()
     async with connect(url, ping_interval=None) as ws:
+        record.local_port = ws.local_address[1]
 
         async def send() -> None:
             with contextlib.suppress(ConnectionClosed):
                 for request_id, work_ms in requests:
-                    record.sent[request_id] = loop.time()
                     await ws.send(json.dumps({"id": request_id, "work_ms": work_ms}))
+                    record.sent[request_id] = time.time()
                     await asyncio.sleep(every or 0)
 
         sender = asyncio.ensure_future(send())
@@ -156,7 +157,7 @@ async def _websockets_client(
                     reply["id"]
                 )
         # The CLOSE came: recv() ends at once, before the TCP close.
-        record.ended_at = loop.time()
+        record.ended_at = time.time()
         sender.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sender
@@ -177,8 +178,7 @@ def websockets_clients(
 ) -> list[ClientRecord]:
     """Run one `websockets` client per plan on a new asyncio event loop.
 
-    Blocks: call it in a thread (``trio.to_thread.run_sync``). Its times
-    are the event loop's, comparable among themselves only.
+    Blocks: call it in a thread (``trio.to_thread.run_sync``).
     """
 
     async def main() -> list[ClientRecord]:
