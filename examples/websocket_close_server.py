@@ -50,10 +50,15 @@ from typing import TypeGuard, cast
 
 import attrs
 import trio
-from websocket_connection import ConnectionClosed, WebSocket, accept_websocket
+from websocket_connection import (
+    ConnectionClosed,
+    Message,
+    WebSocket,
+    accept_websocket,
+)
 
 import trio_graceful
-from trio_graceful import STOP
+from trio_graceful import STOP, StopType
 
 logger = logging.getLogger("websocket_close_server")
 
@@ -221,16 +226,14 @@ class _InFlight:
         while self.count >= self.limit:
             await self._changed.wait()
 
-    async def run_until_idle(self, wait: Callable[[], Awaitable[object]]) -> bool:
-        """Run a cancel-safe ``wait``, cut off once nothing is in flight.
-
-        Returns True if ``wait`` returned first.
-        """
+    async def run_until_idle(
+        self, receive: Callable[[], Awaitable[list[Message]]]
+    ) -> list[Message] | None:
+        """Run a cancel-safe ``receive``; None if nothing was, or is, in flight."""
         with trio.CancelScope() as self._until_idle:
             if self._scopes:
-                await wait()
-                return True
-        return False
+                return await receive()
+        return None
 
 
 @attrs.define(eq=False)
@@ -331,14 +334,16 @@ class WorkServer:
         logger.debug("%s: connected", ws)
         graceful = False
         try:
-            async with trio_graceful.open_bundle(name=f"requests on {ws}") as requests:
+            # The connection decides when its requests end (_InFlight), so a
+            # plain nursery holds them.
+            async with trio.open_nursery() as requests:
                 try:
                     code, reason = await self._converse(ws, inbox, requests)
                     logger.debug("%s: sending CLOSE %d", ws, code)
                     await ws.aclose(code, reason)
                 except ConnectionClosed as exc:
                     logger.debug("%s: closed by the client: %s", ws, exc)
-                    await requests.cancel(grace=0)  # no reply can be sent now
+                    requests.cancel_scope.cancel()  # no reply can be sent now
                 graceful = ws.close_code != 1006
         finally:
             stats.connections_open -= 1
@@ -351,28 +356,30 @@ class WorkServer:
         self,
         ws: WebSocket,
         inbox: trio_graceful.InboxReceiver[object],
-        requests: trio_graceful.Bundle,
+        requests: trio.Nursery,
     ) -> tuple[int, str]:
         """Read and answer until the server decides to close; return its CLOSE."""
         in_flight = _InFlight(self.max_in_flight)
         close: tuple[int, str] | None = None
         while True:
+            received: list[Message] | StopType | None
             if close is None:
-                # Idle points: STOP ends these waits; they read nothing. At
-                # max_in_flight it waits for a slot first (backpressure).
-                full = in_flight.count >= in_flight.limit
-                wait = in_flight.wait_for_a_slot if full else ws.wait_readable
-                if await inbox.until_stop(wait) is STOP:
+                # Idle points, which STOP ends: a cancelled receive has read
+                # nothing. At max_in_flight, a slot first (backpressure).
+                if in_flight.count >= in_flight.limit:
+                    received = await inbox.until_stop(in_flight.wait_for_a_slot)
+                else:
+                    received = await inbox.until_stop(ws.receive)
+                if received is STOP:
                     close = GOING_AWAY
                     in_flight.cut_off_at(self._work_deadline())
-                if full or close:
                     continue
-            elif not (
-                await in_flight.run_until_idle(ws.wait_readable) or ws.readable_now()
-            ):
-                return close  # nothing in flight, nothing unread: CLOSE now
+            else:
+                received = await in_flight.run_until_idle(ws.receive)
+                if received is None and not ws.readable_now():
+                    return close  # nothing in flight, nothing unread: CLOSE now
             refuse = self.reject_during_drain and close is GOING_AWAY
-            for message in await ws.receive():
+            for message in received or ():
                 if self.echo:
                     await ws.send(message)
                 elif isinstance(message, bytes):
@@ -380,6 +387,7 @@ class WorkServer:
                     close = close or UNSUPPORTED
                 else:
                     await self._take(ws, message, requests, in_flight, refuse)
+            await ws.flush()  # PONGs
 
     def _work_deadline(self) -> float:
         # The outer grace wins; its last tenth is kept for refusals and CLOSEs.
@@ -391,7 +399,7 @@ class WorkServer:
         self,
         ws: WebSocket,
         text: str,
-        requests: trio_graceful.Bundle,
+        requests: trio.Nursery,
         in_flight: _InFlight,
         refuse: bool,
     ) -> None:

@@ -4,10 +4,9 @@ The protocol is the sans-io core of the ``websockets`` library
 (`websockets.server.ServerProtocol`): it parses frames, answers PING and the
 client's CLOSE, and checks sizes; this module moves its bytes over a
 `trio.SocketStream` and assembles messages. The server that uses it keeps
-full control over *when* it reads: `WebSocket.wait_readable` waits without
-taking anything from the socket, and `WebSocket.receive` hands over every
-message one read brought in, so a server always knows exactly which requests
-it has read. (trio-websocket reads in a task of its own and queues what it
+full control over *when* it reads: `WebSocket.receive` reads once and hands
+over every message that read brought in, and a cancelled call has read
+nothing, so a server always knows exactly which requests it has read. (trio-websocket reads in a task of its own and queues what it
 read, out of the server's sight.)
 
 Part of ``examples/websocket_close_server.py``; see that file.
@@ -29,6 +28,9 @@ from websockets.server import ServerProtocol
 RECEIVE_SIZE = 65536
 """Bytes asked of the socket per read."""
 
+HIGH_WATER = 65536
+"""Bytes queued for sending beyond which `WebSocket.send` waits."""
+
 ABNORMAL = 1006
 """The code reported for a connection that ended without a close handshake."""
 
@@ -49,7 +51,7 @@ class ConnectionClosed(Exception):
 class WebSocket:
     """An open WebSocket connection. Made by `accept_websocket`.
 
-    One task reads (`wait_readable`, `receive`, `aclose`); any task may send.
+    One task reads (`receive`, `aclose`); any task may send.
     """
 
     stream: trio.SocketStream
@@ -59,6 +61,8 @@ class WebSocket:
     _chars: list[str] = attrs.field(factory=list[str], init=False)
     _text: codecs.IncrementalDecoder | None = attrs.field(default=None, init=False)
     _early: list[Message] = attrs.field(factory=list[Message], init=False)
+    _out: bytearray = attrs.field(factory=bytearray, init=False)
+    _eof_due: bool = attrs.field(default=False, init=False)
 
     @classmethod
     async def accept(
@@ -99,16 +103,6 @@ class WebSocket:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return b""
 
-    async def wait_readable(self) -> None:
-        """Wait until the client has sent something; take nothing.
-
-        Cancel-safe: nothing is read. This is a checkpoint.
-        """
-        if self._early:
-            await trio.lowlevel.checkpoint()
-        else:
-            await trio.lowlevel.wait_readable(self.stream.socket)
-
     def readable_now(self) -> bool:
         """Tell, without waiting, whether the client has sent something unread."""
         return bool(self._early) or bool(
@@ -119,14 +113,14 @@ class WebSocket:
         """Read once; return the complete messages that read brought in.
 
         Often returns several messages, sometimes none (a PING, or a part of
-        a frame). Answers PING and the client's CLOSE. Cancelling it loses no
-        data only while it waits for the socket: call `wait_readable` first
-        where a cancellation must not lose a message. This is a checkpoint.
+        a frame). Cancel-safe while the connection is open: its only
+        checkpoint is the read, so a cancelled call has read nothing. Replies
+        of the protocol (PONG) go out with the next `send` or `flush`.
 
         Raises:
-            ConnectionClosed: if the client closed, the connection was lost,
-                or the client broke the protocol (it was failed with the code
-                RFC 6455 asks for: 1002, 1007 or 1009).
+            ConnectionClosed: if the client closed (its CLOSE is answered),
+                the connection was lost, or the client broke the protocol (it
+                was failed with the code RFC 6455 asks for: 1002, 1007, 1009).
         """
         if self._early:
             await trio.lowlevel.checkpoint()
@@ -142,8 +136,8 @@ class WebSocket:
         for frame in protocol.events_received():
             if isinstance(frame, Frame) and protocol.state is State.OPEN:
                 self._take(frame, messages.append)
-        await self.flush()
         if protocol.state is not State.OPEN:
+            await self.flush()  # the CLOSE in answer
             raise self._closed()
         return messages
 
@@ -188,23 +182,40 @@ class WebSocket:
             self._protocol.send_text(message.encode())
         else:
             self._protocol.send_binary(message)
-        await self.flush()
+        await self.flush(wait=False)
 
-    async def flush(self) -> None:
+    async def flush(self, *, wait: bool = True) -> None:
         """Send what the protocol has queued; half-close TCP when it says so.
 
-        Senders take turns; one of them sends all that is queued by then.
+        One task sends at a time, all that is queued, until nothing is left.
+        With ``wait=False`` a caller whose bytes the sending task will take
+        along returns at once (unless `HIGH_WATER` bytes are queued: then it
+        waits its turn, which is the backpressure). What a cancellation stops
+        before it is sent stays queued. A checkpoint only when there is
+        something to send.
         """
-        async with self._send_lock:
-            data = self._protocol.data_to_send()
-            if not data:
-                return
-            eof = data[-1] == b""
+        for data in self._protocol.data_to_send():
+            if data:
+                self._out += data
+            else:
+                self._eof_due = True
+        if not (self._out or self._eof_due):
+            return
+        lock = self._send_lock
+        if not wait and lock.locked() and len(self._out) < HIGH_WATER:
+            await trio.lowlevel.checkpoint()
+            return
+        async with lock:
             try:
-                await self.stream.send_all(b"".join(data))
-                if eof:
+                while self._out:
+                    out = bytes(self._out)
+                    await self.stream.send_all(out)
+                    del self._out[: len(out)]
+                if self._eof_due:
+                    self._eof_due = False
                     await self.stream.send_eof()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._out.clear()
                 self._protocol.receive_eof()
 
     async def aclose(self, code: int, reason: str) -> None:
