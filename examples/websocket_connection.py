@@ -6,8 +6,9 @@ client's CLOSE, and checks sizes; this module moves its bytes over a
 `trio.SocketStream` and assembles messages. The server that uses it keeps
 full control over *when* it reads: `WebSocket.receive` reads once and hands
 over every message that read brought in, and a cancelled call has read
-nothing, so a server always knows exactly which requests it has read. (trio-websocket reads in a task of its own and queues what it
-read, out of the server's sight.)
+nothing, so a server always knows exactly which requests it has read.
+(trio-websocket reads in a task of its own and queues what it read, out of
+the server's sight.)
 
 Part of ``examples/websocket_close_server.py``; see that file.
 """
