@@ -106,9 +106,11 @@ class WebSocket:
 
     def readable_now(self) -> bool:
         """Tell, without waiting, whether the client has sent something unread."""
-        return bool(self._early) or bool(
-            select.select([self.stream.socket], [], [], 0)[0]
-        )
+        if self._early:
+            return True
+        poller = select.poll()  # not select.select: descriptors may pass 1023
+        poller.register(self.stream.socket.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
 
     async def receive(self) -> list[Message]:
         """Read once; return the complete messages that read brought in.
