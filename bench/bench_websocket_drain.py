@@ -60,7 +60,7 @@ SERVERS = {
     "trio_graceful": Server(
         "trio_graceful (examples/websocket_close_server.py)",
         ROOT / "examples" / "websocket_close_server.py",
-        r"shutdown complete in ([0-9.]+) s",
+        r"shutdown: .* done in ([0-9.]+) s",
     ),
     "websockets": Server(
         "websockets asyncio server, server.close()",
