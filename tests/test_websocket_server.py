@@ -34,6 +34,7 @@ from .websocket_clients import (
     PING,
     TEXT,
     ClientRecord,
+    WireClient,
     open_trio_websocket,
     open_wire_client,
     pipelining_client,
@@ -90,6 +91,24 @@ async def running_server(**options: object) -> AsyncIterator[Running]:
         yield Running(server, bundle, listeners[0].socket.getsockname()[1])
         if not bundle.cancelling:
             bundle.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def draining(
+    *requests: tuple[int, int], grace: float = 10, **options: object
+) -> AsyncIterator[tuple[Running, WireClient, float]]:
+    """A `WireClient` with ``requests`` in flight when the server begins to
+    shut down, at the time yielded last."""
+    async with (
+        running_server(**options) as srv,
+        trio.open_nursery() as nursery,
+        open_wire_client(srv.port) as client,
+    ):
+        for request_id, work_ms in requests:
+            await client.send_request(request_id, work_ms)
+        t0 = trio.current_time()
+        nursery.start_soon(srv.shutdown, grace)
+        yield srv, client, t0
 
 
 async def request(ws, request_id, work_ms):
@@ -173,14 +192,7 @@ async def test_shutdown_answers_what_was_read_then_closes_with_1001(loopback_clo
 
 
 async def test_requests_read_during_the_drain_are_processed(loopback_clock):
-    async with (
-        running_server() as srv,
-        trio.open_nursery() as nursery,
-        open_wire_client(srv.port) as client,
-    ):
-        await client.send_request(1, 1000)
-        t0 = trio.current_time()
-        nursery.start_soon(srv.shutdown, 10)
+    async with draining((1, 1000)) as (srv, client, t0):
         await trio.sleep(0.5)
         await client.send_request(2, 1000)  # the client cannot know yet
         await trio.sleep(0.25)
@@ -201,14 +213,7 @@ async def test_requests_read_during_the_drain_are_processed(loopback_clock):
 
 
 async def test_reject_during_drain_refuses_new_requests_at_once(loopback_clock):
-    async with (
-        running_server(reject_during_drain=True) as srv,
-        trio.open_nursery() as nursery,
-        open_wire_client(srv.port) as client,
-    ):
-        await client.send_request(1, 1000)
-        t0 = trio.current_time()
-        nursery.start_soon(srv.shutdown, 10)
+    async with draining((1, 1000), reject_during_drain=True) as (srv, client, t0):
         await trio.sleep(0.5)
         await client.send_request(2, 1000)
         assert await client.receive_json() == refusal(2)
@@ -274,15 +279,7 @@ async def test_client_that_never_answers_close_is_hard_closed_at_the_grace(
 
 
 async def test_request_grace_refuses_slow_requests_then_closes(loopback_clock):
-    async with (
-        running_server(request_grace=2) as srv,
-        trio.open_nursery() as nursery,
-        open_wire_client(srv.port) as client,
-    ):
-        await client.send_request(1, 1000)
-        await client.send_request(2, 5000)
-        t0 = trio.current_time()
-        nursery.start_soon(srv.shutdown, 10)
+    async with draining((1, 1000), (2, 5000), request_grace=2) as (srv, client, t0):
         assert await client.receive_json() == {"id": 1}
         assert trio.current_time() - t0 == 1
         assert await client.receive_json() == refusal(2)
@@ -295,14 +292,7 @@ async def test_request_grace_refuses_slow_requests_then_closes(loopback_clock):
 
 
 async def test_outer_grace_wins_and_keeps_a_tenth_for_the_close(loopback_clock):
-    async with (
-        running_server(request_grace=20) as srv,
-        trio.open_nursery() as nursery,
-        open_wire_client(srv.port) as client,
-    ):
-        await client.send_request(1, 60_000)
-        t0 = trio.current_time()
-        nursery.start_soon(srv.shutdown, 10)
+    async with draining((1, 60_000), request_grace=20) as (srv, client, t0):
         assert await client.receive_json() == refusal(1)
         assert trio.current_time() - t0 == 9
         assert await client.receive_close() == SHUTTING_DOWN
@@ -315,14 +305,7 @@ async def test_outer_grace_wins_and_keeps_a_tenth_for_the_close(loopback_clock):
 async def test_a_second_shutdown_with_grace_0_closes_everything_at_once(
     loopback_clock,
 ):
-    async with (
-        running_server() as srv,
-        trio.open_nursery() as nursery,
-        open_wire_client(srv.port) as client,
-    ):
-        await client.send_request(1, 5000)
-        t0 = trio.current_time()
-        nursery.start_soon(srv.shutdown, 10)
+    async with draining((1, 5000)) as (srv, client, t0):
         await trio.sleep(1)
         await srv.bundle.cancel(grace=0)
         assert trio.current_time() - t0 == 1
@@ -410,14 +393,7 @@ async def test_client_close_is_answered_at_once_while_others_are_served(
 
 
 async def test_client_close_during_the_drain_counts_as_graceful(loopback_clock):
-    async with (
-        running_server() as srv,
-        trio.open_nursery() as nursery,
-        open_wire_client(srv.port) as client,
-    ):
-        await client.send_request(1, 3000)
-        t0 = trio.current_time()
-        nursery.start_soon(srv.shutdown, 10)
+    async with draining((1, 3000)) as (srv, client, t0):
         await trio.sleep(1)
         await client.send_close(1000, "bye")
         assert await client.receive_close() == (1000, "bye")
