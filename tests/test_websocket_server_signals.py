@@ -10,6 +10,7 @@ server process, to show that the outcome does not depend on timing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import functools
@@ -542,3 +543,42 @@ async def test_port_in_use_is_a_clear_error():
             f"[Errno 98] Address already in use"
         )
     )
+
+
+def echo_with_websockets(url: str) -> list[object]:
+    """Echo text, binary and fragmented messages with the `websockets` client."""
+
+    async def main() -> list[object]:
+        from websockets.asyncio.client import connect
+
+        seen: list[object] = []
+        async with connect(url, ping_interval=None, max_size=2**24) as ws:
+            for message in ["héllo", b"\x00\xff" * 40_000, "x" * 200_000]:
+                await ws.send(message)
+                seen.append(await ws.recv())
+            await ws.send(["frag", "mented"])  # one message in two frames
+            seen.append(await ws.recv())
+            await ws.send([b"\x01", b"\x02"])
+            seen.append(await ws.recv())
+            await (await ws.ping(b"p"))  # the PONG comes back
+        return seen
+
+    return asyncio.run(main())
+
+
+async def test_echo_mode_with_the_websockets_client_then_sigterm():
+    async with server_process("--echo") as server:
+        seen = await trio.to_thread.run_sync(echo_with_websockets, server.url)
+        async with open_wire_client(server.port) as idle:
+            server.process.send_signal(signal.SIGTERM)
+            assert await idle.receive_close() == SHUTTING_DOWN
+            await idle.send_close(1001)
+            await idle.receive_eof()
+        assert await server.exit_status() == 0
+    assert seen == [
+        "héllo",
+        b"\x00\xff" * 40_000,
+        "x" * 200_000,
+        "fragmented",
+        b"\x01\x02",
+    ]
