@@ -376,8 +376,10 @@ class WorkServer:
                     continue
             else:
                 received = await in_flight.run_until_idle(ws.receive)
-                if received is None and not ws.readable_now():
-                    return close  # nothing in flight, nothing unread: CLOSE now
+                if received is None:  # nothing in flight
+                    if not ws.readable_now():
+                        return close  # and nothing unread: CLOSE now
+                    received = await ws.receive()
             refuse = self.reject_during_drain and close is GOING_AWAY
             for message in received or ():
                 if self.echo:
