@@ -1,12 +1,10 @@
 """Clients for the tests of examples/websocket_close_server.py.
 
-`open_trio_websocket` opens a trio-websocket client on a TCP stream of its
-own, which it closes: trio-websocket 0.12 leaves its socket open when the
-server closes first.
-
-`trio_client` and `websockets_clients` (asyncio, run in a thread with its own
-event loop) send requests, collect answers and record how the connection
-closed, the same way for both implementations.
+`pipelining_client` (trio-websocket) and `open_trio_websocket` are the
+example's own clients, shared with examples/websocket_demo.py;
+`websockets_clients` runs clients of the independent `websockets` library
+(asyncio, in a thread with its own event loop) that record what they saw
+in the same `ClientRecord`.
 
 `WireClient` speaks WebSocket at the frame level: wsproto parses what the
 server sends, so a test sees exactly which frames arrive in which order, and
@@ -22,29 +20,37 @@ import contextlib
 import json
 import os
 import struct
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 import attrs
 import trio
-import trio_websocket
 import wsproto
 import wsproto.events
 from wsproto import ConnectionType, WSConnection
 
-TEXT, BINARY, CLOSE = 0x1, 0x2, 0x8
+from .examples_loader import load_example
+
+_clients = load_example("websocket_clients")
+ClientRecord = _clients.ClientRecord
+open_trio_websocket = _clients.open_trio_websocket
+pipelining_client = _clients.pipelining_client
+
+CONTINUATION, TEXT, BINARY, CLOSE, PING = 0x0, 0x1, 0x2, 0x8, 0x9
 
 
-def client_frame(opcode: int, payload: bytes) -> bytes:
-    """Encode one final, masked client frame (RFC 6455, section 5.2)."""
+def client_frame(opcode: int, payload: bytes, *, fin: bool = True) -> bytes:
+    """Encode one masked client frame (RFC 6455, section 5.2)."""
     mask = os.urandom(4)
     length = len(payload)
+    first = (0x80 if fin else 0) | opcode
     if length < 126:
-        header = struct.pack("!BB", 0x80 | opcode, 0x80 | length)
+        header = struct.pack("!BB", first, 0x80 | length)
     elif length < 1 << 16:
-        header = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, length)
+        header = struct.pack("!BBH", first, 0x80 | 126, length)
     else:
-        header = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length)
+        header = struct.pack("!BBQ", first, 0x80 | 127, length)
     key = int.from_bytes((mask * (length // 4 + 1))[:length], "big")
     masked = (int.from_bytes(payload, "big") ^ key).to_bytes(length, "big")
     return header + mask + masked
@@ -70,8 +76,10 @@ class WireClient:
         await self.stream.send_all(self._protocol.send(request))
         return await self.receive()
 
-    async def send_frame(self, opcode: int, payload: bytes) -> None:
-        await self.stream.send_all(client_frame(opcode, payload))
+    async def send_frame(
+        self, opcode: int, payload: bytes, *, fin: bool = True
+    ) -> None:
+        await self.stream.send_all(client_frame(opcode, payload, fin=fin))
 
     async def send_text(self, text: str) -> None:
         await self.send_frame(TEXT, text.encode())
@@ -124,93 +132,41 @@ async def open_wire_client(
         yield client
 
 
-@contextlib.asynccontextmanager
-async def open_trio_websocket(
-    port: int,
-) -> AsyncIterator[trio_websocket.WebSocketConnection]:
-    """Connect a trio-websocket client; close it (CLOSE 1000) unless closed."""
-    async with (
-        await trio.open_tcp_stream("127.0.0.1", port) as stream,
-        trio.open_nursery() as nursery,
-    ):
-        ws = await trio_websocket.wrap_client_stream(nursery, stream, "127.0.0.1", "/")
-        yield ws
-        await ws.aclose()
-        nursery.cancel_scope.cancel()
-
-
-@attrs.define
-class ClientResult:
-    """What one client sent and saw."""
-
-    sent: list[int] = attrs.field(factory=list)
-    answered: list[int] = attrs.field(factory=list)
-    close_code: int | None = None
-    close_reason: str | None = None
-    clean: bool = False
-    """The close handshake completed (for `websockets`: both CLOSE frames
-    with 1000 or 1001, then the TCP close)."""
-
-
-async def trio_client(
-    port: int, requests: Iterable[tuple[int, int]], *, every: float | None = None
-) -> ClientResult:
-    """Send ``(id, work_ms)`` requests (every ``every`` seconds, or all at
-    once) until the server closes; collect the answers meanwhile."""
-    result = ClientResult()
-    async with open_trio_websocket(port) as ws, trio.open_nursery() as nursery:
-
-        async def send() -> None:
-            with contextlib.suppress(trio_websocket.ConnectionClosed):
-                for request_id, work_ms in requests:
-                    message = json.dumps({"id": request_id, "work_ms": work_ms})
-                    await ws.send_message(message)
-                    result.sent.append(request_id)
-                    if every is not None:
-                        await trio.sleep(every)
-
-        nursery.start_soon(send)
-        try:
-            while True:
-                result.answered.append(json.loads(await ws.get_message())["id"])
-        except trio_websocket.ConnectionClosed as exc:
-            if exc.reason is not None:
-                result.close_code = exc.reason.code
-                result.close_reason = exc.reason.reason
-                result.clean = exc.reason.code in (1000, 1001)
-        nursery.cancel_scope.cancel()
-    return result
-
-
 async def _websockets_client(
     url: str, requests: Iterable[tuple[int, int]], every: float | None
-) -> ClientResult:
+) -> ClientRecord:
     from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed, ConnectionClosedError
+    from websockets.exceptions import ConnectionClosed
 
-    result = ClientResult()
-    async with connect(url) as ws:
+    record = ClientRecord()
+    async with connect(url, ping_interval=None) as ws:
+        record.local_port = ws.local_address[1]
 
         async def send() -> None:
             with contextlib.suppress(ConnectionClosed):
                 for request_id, work_ms in requests:
                     await ws.send(json.dumps({"id": request_id, "work_ms": work_ms}))
-                    result.sent.append(request_id)
-                    if every is not None:
-                        await asyncio.sleep(every)
+                    record.sent[request_id] = time.time()
+                    await asyncio.sleep(every or 0)
 
         sender = asyncio.ensure_future(send())
-        try:
-            async for message in ws:  # ends at a clean close
-                result.answered.append(json.loads(message)["id"])
-            result.clean = True
-        except ConnectionClosedError:
-            result.clean = False
+        with contextlib.suppress(ConnectionClosed):
+            async for message in ws:
+                reply = json.loads(message)
+                (record.refused if "error" in reply else record.answered).append(
+                    reply["id"]
+                )
+        # The CLOSE came: recv() ends at once, before the TCP close.
+        record.ended_at = time.time()
         sender.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sender
-        result.close_code, result.close_reason = ws.close_code, ws.close_reason
-    return result
+        await ws.wait_closed()
+        if ws.close_code is not None and ws.close_code != 1006:
+            record.close_code = ws.close_code
+            record.close_reason = ws.close_reason
+        record.clean = ws.protocol.close_rcvd is not None
+    return record
 
 
 def websockets_clients(
@@ -218,14 +174,14 @@ def websockets_clients(
     plans: Sequence[Iterable[tuple[int, int]]],
     *,
     every: float | None = None,
-    timeout: float = 30,
-) -> list[ClientResult]:
+    timeout: float = 60,
+) -> list[ClientRecord]:
     """Run one `websockets` client per plan on a new asyncio event loop.
 
     Blocks: call it in a thread (``trio.to_thread.run_sync``).
     """
 
-    async def main() -> list[ClientResult]:
+    async def main() -> list[ClientRecord]:
         clients = [_websockets_client(url, plan, every) for plan in plans]
         return list(await asyncio.wait_for(asyncio.gather(*clients), timeout))
 
