@@ -31,9 +31,10 @@ import functools
 import subprocess
 import sys
 import time
+from typing import cast
 
 import trio
-import trio_asyncio
+import trio_asyncio  # pyright: ignore[reportMissingTypeStubs]
 import trio_websocket
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -74,8 +75,10 @@ async def websocket_server(
     inbox: trio_graceful.AsyncioInbox[object], *, task_status: trio.TaskStatus[int]
 ) -> None:
     """Serve until STOP, then close the way websockets closes a server."""
-    async with serve(echo, "127.0.0.1", 0) as server:
-        task_status.started(server.sockets[0].getsockname()[1])
+    # websockets' types leave the server unknown to pyright: name the port's type.
+    async with serve(echo, "127.0.0.1", 0) as server:  # pyright: ignore[reportUnknownVariableType]
+        port = cast("int", server.sockets[0].getsockname()[1])  # pyright: ignore[reportUnknownMemberType]
+        task_status.started(port)
         await inbox.receive()  # STOP
     # Leaving the block closed every connection with 1001 (going away).
 
@@ -103,7 +106,7 @@ async def read_line(stream: trio.abc.ReceiveStream) -> str:
 
 async def main(grace: float = 5) -> trio_graceful.CancelReport:
     async with (
-        trio_asyncio.open_loop(),
+        trio_asyncio.open_loop(),  # pyright: ignore[reportUnknownMemberType]
         trio.open_nursery() as clients,
         trio_graceful.open_bundle(name="service") as bundle,
     ):

@@ -53,7 +53,7 @@ import sys
 import time
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -220,15 +220,20 @@ async def handle(
     except ValueError:
         respond(None, error={"code": -32700, "message": "parse error"})
         return
-    if not isinstance(request, dict) or not isinstance(request.get("method"), str):
+    if not isinstance(request, dict):
         respond(None, error={"code": -32600, "message": "invalid request"})
         return
-    request_id: object = request.get("id")
+    fields = cast("dict[str, object]", request)
+    method = fields.get("method")
+    if not isinstance(method, str):
+        respond(None, error={"code": -32600, "message": "invalid request"})
+        return
+    request_id = fields.get("id")
     try:
         await dispatch(
             request_id,
-            request["method"],
-            request.get("params") or {},
+            method,
+            fields.get("params") or {},
             state,
             jobs,
             runner,
