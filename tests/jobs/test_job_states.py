@@ -126,7 +126,9 @@ def test_random_histories_follow_the_table(events: list[JobEvent]) -> None:
         assert log[0].target is S.QUEUED
         for row in log[1:]:
             assert row.source is not None
-            assert row.target in {t for (s, _), t in TRANSITIONS.items() if s is row.source}
+            assert row.target in {
+                t for (s, _), t in TRANSITIONS.items() if s is row.source
+            }
         assert log[-1].target is model
     finally:
         q.close()
