@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -132,7 +132,7 @@ class SQLiteQueries:
         self._db.close()
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> Generator[sqlite3.Connection, None, None]:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
@@ -212,7 +212,7 @@ class SQLiteQueries:
             self._renew(db, worker, now + lease)
             row = db.execute(
                 f"SELECT {_COLUMNS} FROM jobs WHERE state = ? "
-                "ORDER BY created_at, id LIMIT 1",
+                "ORDER BY created_at, rowid LIMIT 1",
                 (JobState.QUEUED.value,),
             ).fetchone()
             if row is None:
@@ -333,6 +333,10 @@ class SQLiteQueries:
         with self._transaction() as db:
             db.execute("DELETE FROM job_workers WHERE id = ?", (worker,))
 
+    def leases(self) -> dict[str, float]:
+        rows = self._db.execute("SELECT id, expires_at FROM job_workers ORDER BY id")
+        return {row[0]: row[1] for row in rows.fetchall()}
+
     def rescue(self, *, now: float, rescuer: str) -> list[JobRecord]:
         """Settle the jobs of workers whose lease has expired; return them."""
         rescued: list[JobRecord] = []
@@ -395,7 +399,7 @@ class SQLiteQueries:
     def jobs(self, ids: Sequence[str] | None) -> list[JobRecord]:
         if ids is None:
             rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM jobs ORDER BY created_at, id"
+                f"SELECT {_COLUMNS} FROM jobs ORDER BY created_at, rowid"
             ).fetchall()
             return [_record(row) for row in rows]
         return [self._get(self._db, job_id) for job_id in ids]

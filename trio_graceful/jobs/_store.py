@@ -197,6 +197,10 @@ class JobStore:
         """Remove ``worker``'s lease: it holds no jobs any more."""
         await self._call(self._queries.drop_lease, worker)
 
+    async def leases(self) -> dict[str, float]:
+        """When each live worker's lease expires, by worker id."""
+        return await self._call(self._queries.leases)
+
     async def rescue(self, *, rescuer: str) -> list[JobRecord]:
         """Settle the jobs of every worker whose lease has expired.
 

@@ -272,50 +272,9 @@ class Worker:
                 error=f"no job function for kind {job.kind!r}",
             )
             return
-        deadline = (
-            math.inf if job.timeout is None else trio.current_time() + job.timeout
-        )
-
-        async def save(progress: Mapping[str, Any]) -> None:
-            await self.store.save_progress(
-                job.id, progress, worker=self.worker_id, attempt=job.attempts
-            )
-
-        async with open_bundle(name=f"job {job.id}") as bundle:
-            ctx = JobContext._create(
-                job, bundle, save, self.store.now, self.heartbeat_interval, self.budget
-            )
-            bundle.start_soon(
-                self._call, fn, ctx, bundle, running, name=f"{job.kind} {job.id}"
-            )
-            with trio.move_on_at(deadline) as timer:
-                while not (
-                    running.done or running.cancel_requested or running.draining
-                ):
-                    await running.changed.wait()
-                    running.changed = trio.Event()
-            if running.done:
-                pass
-            elif timer.cancelled_caught:
-                await self._time_out(running, bundle)
-                return
-            elif running.cancel_requested:
-                await self._write(running, JobEvent.CANCEL, "cancel requested")
-                report = await bundle.shutdown(self.cancel_grace)
-                how = (
-                    "cooperatively"
-                    if report.hard_cancelled_at is None
-                    else "after a hard cancel"
-                )
-                await self._end(
-                    running, ctx, JobEvent.FINISH_CANCEL, f"cancelled {how}"
-                )
-                return
-            else:
-                assert self._drain_deadline is not None
-                await bundle.shutdown(
-                    max(0.0, self._drain_deadline - trio.current_time())
-                )
+        ctx = await self._attend(running, fn)
+        if ctx is None:
+            return
         if running.done and running.error is None:
             await self._write(
                 running,
@@ -342,6 +301,58 @@ class Worker:
                 progress=json.dumps(ctx.progress),
                 elapsed=self._elapsed(job),
             )
+
+    async def _attend(self, running: _Running, fn: JobFunction) -> JobContext | None:
+        """Run the job in its bundle until it ends, is cancelled, times out or drains.
+
+        Returns the context once the job's bundle is closed and its ending
+        is still to be written; None if it was written here.
+        """
+        job = running.job
+        deadline = (
+            math.inf if job.timeout is None else trio.current_time() + job.timeout
+        )
+
+        async def save(progress: Mapping[str, Any]) -> None:
+            await self.store.save_progress(
+                job.id, progress, worker=self.worker_id, attempt=job.attempts
+            )
+
+        ctx: JobContext | None = None
+        async with open_bundle(name=f"job {job.id}") as bundle:
+            ctx = JobContext._create(  # pyright: ignore[reportPrivateUsage]
+                job, bundle, save, self.store.now, self.heartbeat_interval, self.budget
+            )
+            bundle.start_soon(
+                self._call, fn, ctx, bundle, running, name=f"{job.kind} {job.id}"
+            )
+            with trio.move_on_at(deadline) as timer:
+                while not (
+                    running.done or running.cancel_requested or running.draining
+                ):
+                    await running.changed.wait()
+                    running.changed = trio.Event()
+            if running.done:
+                return ctx
+            if timer.cancelled_caught:
+                await self._time_out(running, bundle)
+                return None
+            if running.cancel_requested:
+                await self._write(running, JobEvent.CANCEL, "cancel requested")
+                report = await bundle.shutdown(self.cancel_grace)
+                how = (
+                    "cooperatively"
+                    if report.hard_cancelled_at is None
+                    else "after a hard cancel"
+                )
+                await self._end(
+                    running, ctx, JobEvent.FINISH_CANCEL, f"cancelled {how}"
+                )
+                return None
+            assert self._drain_deadline is not None
+            await bundle.shutdown(max(0.0, self._drain_deadline - trio.current_time()))
+        assert ctx is not None  # a bundle swallows no exception
+        return ctx
 
     async def _end(
         self, running: _Running, ctx: JobContext, event: JobEvent, why: str
