@@ -75,10 +75,10 @@ def _apply(q: SQLiteQueries, job_id: str, event: JobEvent, now: float) -> None:
     job = q.get(job_id)
     if event is E.CLAIM:
         if job.state is S.QUEUED:
-            assert q.claim("w", now=now, lease=10) is not None
+            assert q.claim("w", now=now, lease=10, stale_after=None) is not None
         else:
             # Nothing queued: a claim finds nothing and changes nothing.
-            assert q.claim("w", now=now, lease=10) is None
+            assert q.claim("w", now=now, lease=10, stale_after=None) is None
         return
     if event is E.CANCEL and job.state is S.QUEUED:
         q.request_cancel(job_id, now=now)

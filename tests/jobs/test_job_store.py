@@ -90,13 +90,15 @@ async def test_progress_is_saved_with_the_heartbeat_time(
 ) -> None:
     store = mock_store()
     job_id = await store.submit("k")
-    await store.claim("w", lease=10)
+    await store.claim("w", lease=10, stale_after=10)
+    assert (await store.get(job_id)).is_stale(10.0)
     await trio.sleep(4)
     await store.save_progress(job_id, {"step": 3}, worker="w", attempt=1)
     job = await store.get(job_id)
     assert (job.progress, job.last_heartbeat_at) == ({"step": 3}, 4.0)
-    assert not job.is_stale(4.0 + 9.5, stale_after=10)
-    assert job.is_stale(4.0 + 10, stale_after=10)
+    assert not job.is_stale(4.0 + 9.5)
+    assert job.is_stale(4.0 + 10)
+    assert job.as_json(now=14.0)["stale"] is True
 
 
 async def test_cancel_request_cancels_a_queued_job_at_once(

@@ -59,20 +59,24 @@ class JobRecord:
     """What the job function returned (JSON), once completed."""
     failed_subtasks: tuple[str, ...]
     """The calls the job reported as failed but went on without."""
+    stale_after: float | None
+    """Seconds without saved progress after which the running job counts as
+    stale, as its worker was configured; `None` for never."""
 
-    def is_stale(self, now: float, stale_after: float) -> bool:
-        """True if the job runs but has not saved progress for ``stale_after`` s.
+    def is_stale(self, now: float) -> bool:
+        """True if the job runs but has not saved progress for `stale_after` s.
 
         Informational only: a stale job keeps running.
         """
-        if self.state is not JobState.RUNNING:
+        stale_after = self.stale_after
+        if self.state is not JobState.RUNNING or stale_after is None:
             return False
         last = self.last_heartbeat_at
         if last is None:
             last = self.started_at if self.started_at is not None else math.inf
         return now - last >= stale_after
 
-    def as_json(self, *, now: float, stale_after: float) -> dict[str, Any]:
+    def as_json(self, *, now: float) -> dict[str, Any]:
         """The record as the status query's JSON object."""
         return {
             "id": self.id,
@@ -85,7 +89,7 @@ class JobRecord:
             "ended_at": self.ended_at,
             "last_heartbeat_at": self.last_heartbeat_at,
             "progress": self.progress,
-            "stale": self.is_stale(now, stale_after),
+            "stale": self.is_stale(now),
             "timed_out_at": self.timed_out_at,
             "elapsed": self.elapsed,
             "cancel_requested_at": self.cancel_requested_at,

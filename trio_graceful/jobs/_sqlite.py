@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     elapsed REAL,
     error TEXT,
     result TEXT,
-    failed_subtasks TEXT NOT NULL DEFAULT '[]'
+    failed_subtasks TEXT NOT NULL DEFAULT '[]',
+    stale_after REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
 CREATE TABLE IF NOT EXISTS job_events (
@@ -63,7 +64,8 @@ CREATE TABLE IF NOT EXISTS job_workers (
 _COLUMNS = (
     "id, kind, payload, state, attempts, handbacks, max_attempts, timeout, worker, "
     "created_at, started_at, ended_at, last_heartbeat_at, progress, "
-    "cancel_requested_at, timed_out_at, elapsed, error, result, failed_subtasks"
+    "cancel_requested_at, timed_out_at, elapsed, error, result, failed_subtasks, "
+    "stale_after"
 )
 
 
@@ -105,6 +107,7 @@ def _record(row: Sequence[Any]) -> JobRecord:
         error=row[17],
         result=_load(row[18]),
         failed_subtasks=tuple(json.loads(row[19])),
+        stale_after=row[20],
     )
 
 
@@ -207,7 +210,9 @@ class SQLiteQueries:
             )
         return job_id
 
-    def claim(self, worker: str, *, now: float, lease: float) -> JobRecord | None:
+    def claim(
+        self, worker: str, *, now: float, lease: float, stale_after: float | None
+    ) -> JobRecord | None:
         with self._transaction() as db:
             self._renew(db, worker, now + lease)
             row = db.execute(
@@ -229,6 +234,7 @@ class SQLiteQueries:
                     "attempts": job.attempts + 1,
                     "worker": worker,
                     "started_at": now,
+                    "stale_after": stale_after,
                     "elapsed": None,
                 },
             )

@@ -121,11 +121,20 @@ class JobStore:
             now=self.now(),
         )
 
-    async def claim(self, worker: str, *, lease: float) -> JobRecord | None:
-        """Claim the oldest queued job for ``worker`` and renew its lease."""
+    async def claim(
+        self, worker: str, *, lease: float, stale_after: float | None = None
+    ) -> JobRecord | None:
+        """Claim the oldest queued job for ``worker`` and renew its lease.
+
+        ``stale_after`` is recorded with the job (`JobRecord.stale_after`).
+        """
         worker = _check_worker(worker)
         return await self._call(
-            self._queries.claim, worker, now=self.now(), lease=lease
+            self._queries.claim,
+            worker,
+            now=self.now(),
+            lease=lease,
+            stale_after=stale_after,
         )
 
     async def finish(

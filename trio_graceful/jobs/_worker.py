@@ -102,6 +102,9 @@ class Worker:
         cancel_grace (float): Seconds a job gets after a cancel request
             before it is hard-cancelled.
         lease (float): Seconds a lease lasts; renewed every third of it.
+        stale_after (float): Seconds without saved progress after which a
+            running job is reported stale (`JobRecord.is_stale`); it keeps
+            running.
         poll_interval (float): Seconds between looks for new jobs and cancel
             requests of other processes when idle.
         heartbeat_interval (float): Least seconds between two saves of a
@@ -116,6 +119,7 @@ class Worker:
     grace: float = attrs.field(default=10.0, kw_only=True)
     cancel_grace: float = attrs.field(default=5.0, kw_only=True)
     lease: float = attrs.field(default=30.0, kw_only=True)
+    stale_after: float = attrs.field(default=60.0, kw_only=True)
     poll_interval: float = attrs.field(default=1.0, kw_only=True)
     heartbeat_interval: float = attrs.field(default=1.0, kw_only=True)
     budget: ThreadBudget | None = attrs.field(default=None, kw_only=True)
@@ -132,7 +136,13 @@ class Worker:
             raise TypeError(f"concurrency must be an int, not {self.concurrency!r}")
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, not {self.concurrency!r}")
-        for name in ("grace", "cancel_grace", "poll_interval", "heartbeat_interval"):
+        for name in (
+            "grace",
+            "cancel_grace",
+            "stale_after",
+            "poll_interval",
+            "heartbeat_interval",
+        ):
             check_seconds(name, getattr(self, name))
         check_seconds("lease", self.lease)
         if not (self.lease > 0 and math.isfinite(self.lease)):
@@ -184,7 +194,9 @@ class Worker:
             while len(self._running) >= self.concurrency:
                 await self._slot_freed.wait()
                 self._slot_freed = trio.Event()
-            job = await self.store.claim(self.worker_id, lease=self.lease)
+            job = await self.store.claim(
+                self.worker_id, lease=self.lease, stale_after=self.stale_after
+            )
             if job is None:
                 await trio.sleep(self.poll_interval)
                 continue
