@@ -11,7 +11,7 @@ from ._context import (
     JobStopped as JobStopped,
 )
 from ._records import AuditEvent as AuditEvent, JobRecord as JobRecord
-from ._sqlite import LostJobError as LostJobError, StoreError as StoreError
+from ._sql import LostJobError as LostJobError, StoreError as StoreError
 from ._states import (
     TRANSITIONS as TRANSITIONS,
     IllegalJobTransitionError as IllegalJobTransitionError,

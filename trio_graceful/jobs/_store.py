@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from ._records import AuditEvent, JobRecord
+from ._sql import SqlQueries
 from ._sqlite import SQLiteQueries
 from ._states import JobEvent, JobState
 
@@ -64,7 +65,7 @@ class JobStore:
             mock clock exact.
     """
 
-    _queries: SQLiteQueries
+    _queries: SqlQueries
     _clock: Callable[[], float] = time.time
     _offload: bool = True
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
@@ -79,6 +80,23 @@ class JobStore:
                 await trio.lowlevel.checkpoint()
                 return fn(*args, **kwargs)
             return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    @property
+    def listens(self) -> bool:
+        """True if `wait_for_news` hears other processes (PostgreSQL)."""
+        return self._queries.listens and self._offload
+
+    async def wait_for_news(self, timeout: float) -> None:
+        """Wait for a new job or a cancel request, for ``timeout`` seconds at most.
+
+        Only for a store that `listens`; others raise `RuntimeError`. The
+        wait runs in a thread, abandoned if cancelled. This is a checkpoint.
+        """
+        if not self.listens:
+            raise RuntimeError("this store does not listen; poll it instead")
+        await trio.to_thread.run_sync(
+            self._queries.wait_for_news, timeout, abandon_on_cancel=True
+        )
 
     async def submit(
         self,
@@ -256,14 +274,17 @@ def open_store(
 
     Args:
         url (str): ``sqlite:///path/to/file.db`` (a relative path after the
-            three slashes, an absolute one after four).
+            three slashes, an absolute one after four), or a PostgreSQL
+            connection URL ``postgresql://user@host/database`` (needs the
+            ``postgres`` extra).
         clock: As for `JobStore`.
         offload (bool): As for `JobStore`.
 
     Raises:
         TypeError: if ``url`` is not a string.
         ValueError: if ``url`` is not a store URL.
-        StoreError: if the file is not a SQLite database.
+        StoreError: if the file is not a SQLite database, the server cannot
+            be reached, or psycopg is not installed.
     """
     if not isinstance(cast("object", url), str):
         raise TypeError(f"store URL must be a string, not {url!r}")

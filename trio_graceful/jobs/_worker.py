@@ -39,7 +39,7 @@ from .._trace import TraceKind, emit, tracing
 from .._util import check_seconds
 from ._context import JobContext, JobStopped
 from ._records import JobRecord
-from ._sqlite import LostJobError
+from ._sql import LostJobError
 from ._states import JobEvent, JobState
 from ._store import JobStore
 
@@ -128,6 +128,7 @@ class Worker:
     _ended: dict[str, int] = attrs.field(factory=dict[str, int], init=False)
     _drain_deadline: float | None = attrs.field(default=None, init=False)
     _slot_freed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _news: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(
@@ -176,6 +177,8 @@ class Worker:
             keepers.start_soon(self._renew_lease)
             keepers.start_soon(self._serve_cancel_requests)
             keepers.start_soon(self._rescue_periodically)
+            if self.store.listens:
+                keepers.start_soon(self._listen)
             async with open_bundle(name=f"jobs of {self.worker_id}") as jobs:
                 task_status.started(self)
                 await inbox.until_stop(self._claim_forever, jobs)
@@ -198,7 +201,7 @@ class Worker:
                 self.worker_id, lease=self.lease, stale_after=self.stale_after
             )
             if job is None:
-                await trio.sleep(self.poll_interval)
+                await self._pause()
                 continue
             self._claimed += 1
             self._running[job.id] = _Running(job)
@@ -220,7 +223,18 @@ class Worker:
                     if running is not None and not running.cancel_requested:
                         running.cancel_requested = True
                         running.poke()
-            await trio.sleep(self.poll_interval)
+            await self._pause()
+
+    async def _listen(self) -> None:
+        while True:
+            await self.store.wait_for_news(self.poll_interval)
+            self._news.set()
+            self._news = trio.Event()
+
+    async def _pause(self) -> None:
+        """Until the next poll, or news from another process (if the store listens)."""
+        with trio.move_on_after(self.poll_interval):
+            await self._news.wait()
 
     async def _rescue_periodically(self) -> None:
         while True:
@@ -386,7 +400,6 @@ class Worker:
             running,
             JobEvent.TIME_OUT,
             f"deadline of {job.timeout:g} s passed",
-            timed_out_at=self.store.now(),
         )
         await bundle.cancel(0)
         await self._write(
