@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from trio_graceful.jobs import JobEvent, JobRecord, JobState
-from trio_graceful.jobs._sqlite import SQLiteQueries
+from trio_graceful.jobs import JobEvent, JobRecord, JobState, open_store
+from trio_graceful.jobs._sql import SqlQueries
 
 from ..examples_loader import EXAMPLES
 
@@ -36,9 +36,9 @@ S = JobState
 class Service:
     """A store file, an audit file, and the worker processes using them."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, url: str | None = None) -> None:
         self.db = tmp_path / "jobs.db"
-        self.url = f"sqlite:///{self.db}"
+        self.url = url or f"sqlite:///{self.db}"
         self.audit = tmp_path / "audit.jsonl"
         self.tmp_path = tmp_path
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -83,8 +83,12 @@ class Service:
         process.send_signal(signal.SIGTERM)
         return process.wait(timeout=PATIENCE)
 
+    def queries(self) -> SqlQueries:
+        """The store's queries, to read it (or play a worker) from the test."""
+        return open_store(self.url)._queries  # pyright: ignore[reportPrivateUsage]
+
     def job(self, job_id: str) -> JobRecord:
-        q = SQLiteQueries(str(self.db))
+        q = self.queries()
         try:
             return q.get(job_id)
         finally:
@@ -111,14 +115,26 @@ class Service:
         return [json.loads(line) for line in self.audit.read_text().splitlines()]
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    s = Service(tmp_path)
-    yield s
+def stop_all(s: Service) -> None:
     for process in s.workers:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    s = Service(tmp_path)
+    yield s
+    stop_all(s)
+
+
+@pytest.fixture
+def any_service(tmp_path: Path, store_url: str) -> Iterator[Service]:
+    """A service on SQLite, then on PostgreSQL."""
+    s = Service(tmp_path, store_url)
+    yield s
+    stop_all(s)
 
 
 def attempts_of(
@@ -138,20 +154,23 @@ def attempts_of(
     return by_attempt
 
 
-def test_sigkill_and_restart_loses_nothing(service: Service) -> None:
+def test_sigkill_and_restart_loses_nothing(any_service: Service) -> None:
+    service = any_service
     first = service.start_worker("A", "--lease", "1", "--cancel-grace", "600")
-    steps = service.submit("steps", "--steps", "30", "--step-ms", "50")
     hard = service.submit("stubborn", "--steps", "100000", "--step-ms", "50")
-    service.wait("three saved steps", lambda: service.step(steps) >= 3)
+    service.wait_state(hard, S.RUNNING)
     service.cli("cancel", hard)
     service.wait_state(hard, S.CANCELLING)
+    # Killed after two of its 40 steps, with about 4 s of margin.
+    steps = service.submit("steps", "--steps", "40", "--step-ms", "100")
+    service.wait("two saved steps", lambda: service.step(steps) >= 2)
     first.kill()
     first.wait()
     saved = service.step(steps)
     assert service.job(steps).state is S.RUNNING
     # A worker that died between timing_out and timed_out, as the store saw it.
     ghost = service.submit("steps")
-    q = SQLiteQueries(str(service.db))
+    q = service.queries()
     try:
         q.claim("ghost", now=time.time(), lease=0.5, stale_after=None)
         q.finish(
@@ -179,12 +198,13 @@ def test_sigkill_and_restart_loses_nothing(service: Service) -> None:
     # Resumed after the last saved step; every step ran.
     assert runs[2][0]["step"] == saved + 1
     done = {row["step"] for rows in runs.values() for row in rows}
-    assert done == set(range(1, 31))
+    assert done == set(range(1, 41))
     attempts_of(service.audit_lines(), hard)
 
 
-def test_several_workers_share_one_file(service: Service) -> None:
-    q = SQLiteQueries(str(service.db))
+def test_several_workers_share_one_store(any_service: Service) -> None:
+    service = any_service
+    q = service.queries()
     try:
         ids = [
             q.submit(
@@ -317,8 +337,8 @@ def test_malformed_url_and_non_database(service: Service, tmp_path: Path) -> Non
     )
     assert done.returncode == 1
     assert (
-        "store URL must look like sqlite:///path/to/file.db, not 'postgres:/x'"
-        in done.stderr
+        "store URL must look like sqlite:///path/to/file.db or "
+        "postgresql://host/database, not 'postgres:/x'" in done.stderr
     )
     assert os.listdir(tmp_path) == []
     service.db.write_bytes(b"not a database" * 100)
@@ -334,7 +354,7 @@ def test_unknown_job_id(service: Service) -> None:
         done = service.cli(*command)
         assert (done.returncode, done.stdout) == (1, "")
         assert "no job with id 'nope'" in done.stderr
-    q = SQLiteQueries(str(service.db))
+    q = service.queries()
     try:
         assert len(q.events(None)) == 1
     finally:

@@ -18,6 +18,7 @@ import trio
 
 from ._records import AuditEvent, JobRecord
 from ._sql import SqlQueries
+from ._postgres import PostgresQueries
 from ._sqlite import SQLiteQueries
 from ._states import JobEvent, JobState
 
@@ -291,4 +292,9 @@ def open_store(
     prefix = "sqlite:///"
     if url.startswith(prefix) and len(url) > len(prefix):
         return JobStore(SQLiteQueries(url[len(prefix) :]), clock, offload)
-    raise ValueError(f"store URL must look like sqlite:///path/to/file.db, not {url!r}")
+    if url.startswith(("postgresql://", "postgres://")):
+        return JobStore(PostgresQueries(url), clock, offload)
+    raise ValueError(
+        "store URL must look like sqlite:///path/to/file.db or "
+        f"postgresql://host/database, not {url!r}"
+    )
