@@ -121,15 +121,17 @@ def check_transition(job_id: str, state: JobState, event: JobEvent) -> JobState:
 
 
 def diagram_lines() -> list[str]:
-    """The transition table as Graphviz ``dot`` source, one statement per line.
+    """The transition table drawn as text, one transition per line.
 
-    The documentation renders it, so the picture cannot drift from the table.
+    The documentation shows these lines (a test checks that they match), so
+    the picture cannot drift from the table. Terminal states are marked
+    with ``[end]``.
     """
-    lines = ["digraph job_states {", "  rankdir=LR;", "  node [shape=box];"]
-    for state in JobState:
-        shape = "doubleoctagon" if state.terminal else "box"
-        lines.append(f'  "{state.value}" [shape={shape}];')
+    width = max(len(state.value) for state in JobState)
+    label = max(len(event.value) for event in JobEvent) + 4
+    lines = []
     for (source, event), target in TRANSITIONS.items():
-        lines.append(f'  "{source.value}" -> "{target.value}" [label="{event.value}"];')
-    lines.append("}")
+        arrow = f"--{event.value}--".ljust(label, "-") + ">"
+        end = " [end]" if target.terminal else ""
+        lines.append(f"{source.value:<{width}}  {arrow}  {target.value}{end}")
     return lines
