@@ -235,7 +235,8 @@ def main() -> None:
     for name, url in stores.items():
         row: dict[str, Any] = {}
         for processes in (1, 4):
-            ratios, rates = [], {"library": [], "hand-written": []}
+            ratios: list[float] = []
+            rates: dict[str, list[float]] = {"library": [], "hand-written": []}
             for _ in range(reps):
                 lib = throughput(url, "library", processes, n)
                 raw = throughput(url, "hand-written", processes, n)
