@@ -312,3 +312,23 @@ def test_bad_worker_options() -> None:
         Worker(store, {}, grace=-1)
     with pytest.raises(ValueError, match=r"^lease must be a finite number > 0, not 0$"):
         Worker(store, {}, lease=0)
+
+
+async def test_a_worker_that_lost_its_job_writes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = mock_store()
+    job_id = await store.submit("stubborn")
+    worker = make_worker(store, {"stubborn": stubborn}, concurrency=1, grace=1)
+    async with serving(worker):
+        await trio.sleep(1)
+        # As if the worker had stalled past its lease: another worker
+        # rescues the job while this one still runs it.
+        await store.drop_lease("w1")
+        [rescued] = await store.rescue(rescuer="r")
+        assert rescued.state is S.QUEUED
+    job = await store.get(job_id)
+    # The hand-back at the shutdown was refused: the rescue stands alone.
+    assert (job.state, job.handbacks, job.attempts) == (S.QUEUED, 0, 1)
+    assert audit(await store.events(job_id))[-1] == (S.RUNNING, S.QUEUED, 1)
+    assert worker.statistics().ended == {"running": 1}

@@ -16,11 +16,11 @@ from typing import Any, Final, ParamSpec, TypeVar, cast
 import attrs
 import trio
 
+from ._postgres import PostgresQueries
 from ._records import AuditEvent, JobRecord
 from ._sql import SqlQueries
-from ._postgres import PostgresQueries
 from ._sqlite import SQLiteQueries
-from ._states import JobEvent, JobState
+from ._states import JobEvent
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -255,10 +255,6 @@ class JobStore:
     async def events(self, job_id: str | None = None) -> list[AuditEvent]:
         """The audit log, of one job or of all, oldest first."""
         return await self._call(self._queries.events, job_id)
-
-    async def states(self) -> dict[str, JobState]:
-        """Each job's state, by id."""
-        return {job.id: job.state for job in await self.jobs()}
 
     def close(self) -> None:
         """Close the database connection. Not a checkpoint."""

@@ -40,7 +40,7 @@ from .._util import check_seconds
 from ._context import JobContext, JobStopped
 from ._records import JobRecord
 from ._sql import LostJobError
-from ._states import JobEvent, JobState
+from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._store import JobStore
 
 logger = logging.getLogger("trio_graceful.jobs")
@@ -278,8 +278,9 @@ class Worker:
         job = running.job
         try:
             await self._run_attempt(running)
-        except LostJobError as exc:
-            # A rescuer gave the job to someone else: nothing of ours to write.
+        except (LostJobError, IllegalJobTransitionError) as exc:
+            # A rescuer took the job from us (our lease had expired): its
+            # state is no longer ours to write, and nothing was written.
             logger.warning("worker %s: %s", self.worker_id, exc)
         finally:
             del self._running[job.id]
