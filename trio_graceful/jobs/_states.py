@@ -129,7 +129,7 @@ def diagram_lines() -> list[str]:
     """
     width = max(len(state.value) for state in JobState)
     label = max(len(event.value) for event in JobEvent) + 4
-    lines = []
+    lines: list[str] = []
     for (source, event), target in TRANSITIONS.items():
         arrow = f"--{event.value}--".ljust(label, "-") + ">"
         end = " [end]" if target.terminal else ""
