@@ -42,6 +42,7 @@ class Service:
         self.audit = tmp_path / "audit.jsonl"
         self.tmp_path = tmp_path
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.worker_ids: dict[subprocess.Popen[bytes], str] = {}
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -77,9 +78,21 @@ class Service:
         )
         log.close()
         self.workers.append(process)
+        self.worker_ids[process] = worker_id
         return process
 
+    def leases(self) -> dict[str, float]:
+        q = self.queries()
+        try:
+            return q.leases()
+        finally:
+            q.close()
+
     def stop(self, process: subprocess.Popen[bytes]) -> int:
+        # A worker holds a lease once it runs, and so handles SIGTERM: a
+        # worker still importing would die of the signal's default action.
+        worker_id = self.worker_ids[process]
+        self.wait(f"worker {worker_id} to start", lambda: worker_id in self.leases())
         process.send_signal(signal.SIGTERM)
         return process.wait(timeout=PATIENCE)
 
