@@ -1,0 +1,267 @@
+"""Durable jobs: throughput, rescue time and cancel latency, on SQLite and PostgreSQL.
+
+* Throughput of claim -> run -> complete for no-op jobs, with 1 and 4 worker
+  processes, against a hand-written loop on the same store in the same run
+  (claim, complete, in one process, no Trio, no threads): the ratio is what
+  the library adds (threads for the driver, a bundle per job, its writes).
+* From a worker's SIGKILL to its job running on another worker (the lease
+  is 1 s: most of this time is the lease running out).
+* From a cancel request to ``cancelled``: cooperative (the job checks
+  between 10 ms steps) and forced (it never checks; ``cancel_grace`` 0.2 s).
+
+PostgreSQL is measured when ``--postgres URL`` is given (an empty database).
+Run ``python bench/bench_jobs.py [--quick] [--postgres URL]``; results go to
+``bench/results/jobs.json`` and a table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from trio_graceful.jobs import JobEvent, JobState, Worker, open_store
+from trio_graceful.jobs._sql import SqlQueries
+
+HERE = Path(__file__).resolve().parent
+WORKER_ARGS = ["--lease", "1", "--cancel-grace", "0.2"]
+EXAMPLE = HERE.parent / "examples" / "jobs_service.py"
+
+
+def queries(url: str) -> SqlQueries:
+    return open_store(url)._queries  # pyright: ignore[reportPrivateUsage]
+
+
+def reset(url: str) -> None:
+    q = queries(url)
+    for table in ("jobs", "job_events", "job_workers"):
+        q._execute(f"DELETE FROM {table}")  # pyright: ignore[reportPrivateUsage]
+    q.close()
+
+
+def submit_many(url: str, n: int, kind: str = "noop") -> None:
+    q = queries(url)
+    for _ in range(n):
+        q.submit(kind, {}, timeout=None, max_attempts=3, now=time.time())
+    q.close()
+
+
+def count_ended(url: str) -> int:
+    q = queries(url)
+    try:
+        return sum(job.state.terminal for job in q.jobs(None))
+    finally:
+        q.close()
+
+
+def library_worker(url: str) -> None:
+    """A worker process running no-op jobs until SIGTERM."""
+
+    async def noop(ctx: Any) -> None:
+        pass
+
+    async def main() -> None:
+        worker = Worker(
+            open_store(url), {"noop": noop}, concurrency=4, poll_interval=0.005
+        )
+        from trio_graceful import open_inbox
+
+        sender, receiver = open_inbox()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.serve, receiver)
+            print("ready", flush=True)
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    sender.stop()
+                    break
+
+    trio.run(main)
+
+
+def hand_written_worker(url: str) -> None:
+    """The baseline: claim and complete in a plain loop until nothing is left."""
+    q = queries(url)
+    name = f"raw-{os.getpid()}"
+    print("ready", flush=True)
+    sys.stdin.readline()
+    while (
+        job := q.claim(name, now=time.time(), lease=30, stale_after=None)
+    ) is not None:
+        q.finish(
+            job.id,
+            JobEvent.COMPLETE,
+            worker=name,
+            attempt=1,
+            now=time.time(),
+            reason="done",
+            changes={"result": "null"},
+        )
+    q.close()
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def throughput(url: str, variant: str, processes: int, n: int) -> float:
+    """Jobs per second from the release of ``n`` jobs to the last one ending."""
+    reset(url)
+    if variant == "library":
+        workers = [spawn("--child-worker", url) for _ in range(processes)]
+        t0 = time.perf_counter()
+        submit_many(url, n)
+        while count_ended(url) < n:
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - t0
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+            w.wait()
+    else:
+        submit_many(url, n)
+        workers = [spawn("--child-raw", url) for _ in range(processes)]
+        t0 = time.perf_counter()
+        for w in workers:
+            assert w.stdin is not None
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        for w in workers:
+            w.wait()
+        elapsed = time.perf_counter() - t0
+        assert count_ended(url) == n
+    return n / elapsed
+
+
+def example(url: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(EXAMPLE), "--store", url, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_for(url: str, job_id: str, condition: Any) -> float:
+    q = queries(url)
+    try:
+        while not condition(q.get(job_id)):
+            time.sleep(0.002)
+        return time.perf_counter()
+    finally:
+        q.close()
+
+
+def submit_cli(url: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--store", url, "submit", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def rescue_and_cancel(url: str, repetitions: int) -> dict[str, list[float]]:
+    reset(url)
+    times: dict[str, list[float]] = {
+        "sigkill to running elsewhere": [],
+        "cancel to cancelled, cooperative": [],
+        "cancel to cancelled, forced": [],
+    }
+    for _ in range(repetitions):
+        victim = example(url, "worker", "--worker-id", "victim", *WORKER_ARGS)
+        job_id = submit_cli(url, "steps", "--steps", "100000", "--step-ms", "10")
+        wait_for(url, job_id, lambda j: j.worker == "victim" and j.progress)
+        survivor = example(url, "worker", "--worker-id", "survivor", *WORKER_ARGS)
+        time.sleep(1.5)  # the survivor is up and polling
+        t0 = time.perf_counter()
+        victim.kill()
+        victim.wait()
+        t1 = wait_for(
+            url,
+            job_id,
+            lambda j: j.worker == "survivor" and j.state is JobState.RUNNING,
+        )
+        times["sigkill to running elsewhere"].append(t1 - t0)
+        for kind, label in (("steps", "cooperative"), ("stubborn", "forced")):
+            cid = submit_cli(url, kind, "--steps", "100000", "--step-ms", "10")
+            wait_for(url, cid, lambda j: j.progress is not None)
+            q = queries(url)
+            t0 = time.perf_counter()
+            q.request_cancel(cid, now=time.time())
+            q.close()
+            t1 = wait_for(url, cid, lambda j: j.state is JobState.CANCELLED)
+            times[f"cancel to cancelled, {label}"].append(t1 - t0)
+        q = queries(url)
+        q.request_cancel(job_id, now=time.time())
+        q.close()
+        survivor.send_signal(signal.SIGTERM)
+        survivor.wait()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--postgres", default=None)
+    parser.add_argument("--child-worker", default=None)
+    parser.add_argument("--child-raw", default=None)
+    args = parser.parse_args()
+    if args.child_worker:
+        return library_worker(args.child_worker)
+    if args.child_raw:
+        return hand_written_worker(args.child_raw)
+    n, reps = (100, 1) if args.quick else (400, 3)
+    stores = {"sqlite": f"sqlite:///{tempfile.mkdtemp()}/bench.db"}
+    if args.postgres:
+        stores["postgresql"] = args.postgres
+    results: dict[str, Any] = {"jobs": n, "repetitions": reps, "stores": {}}
+    for name, url in stores.items():
+        row: dict[str, Any] = {}
+        for processes in (1, 4):
+            ratios: list[float] = []
+            rates: dict[str, list[float]] = {"library": [], "hand-written": []}
+            for _ in range(reps):
+                lib = throughput(url, "library", processes, n)
+                raw = throughput(url, "hand-written", processes, n)
+                rates["library"].append(lib)
+                rates["hand-written"].append(raw)
+                ratios.append(lib / raw)
+            row[f"{processes} processes"] = {
+                "library jobs/s": statistics.median(rates["library"]),
+                "hand-written jobs/s": statistics.median(rates["hand-written"]),
+                "library / hand-written": statistics.median(ratios),
+            }
+        latencies = rescue_and_cancel(url, reps)
+        row["latency s (median)"] = {
+            k: statistics.median(v) for k, v in latencies.items()
+        }
+        results["stores"][name] = row
+    out = HERE / "results" / "jobs.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    for name, row in results["stores"].items():
+        print(f"## {name}")
+        for key, values in row.items():
+            print(f"{key}:")
+            for label, value in values.items():
+                print(f"    {label:<36} {value:10.3f}")
+
+
+if __name__ == "__main__":
+    main()

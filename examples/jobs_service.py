@@ -1,0 +1,275 @@
+"""Durable background jobs: a worker service and its command-line clients.
+
+Shows `trio_graceful.jobs` in a real service: a worker that runs under
+`trio_graceful.run` (SIGTERM or Ctrl+C drains it: running jobs get STOP and
+``--grace`` seconds, what is left goes back to the queue with its progress),
+and clients that submit, cancel and inspect jobs through the same store.
+
+Run it::
+
+    python examples/jobs_service.py worker --audit audit.jsonl &
+    python examples/jobs_service.py submit steps --steps 20 --step-ms 200
+    python examples/jobs_service.py cancel ID
+    python examples/jobs_service.py status --json
+
+Try: kill the worker with SIGKILL mid-job and start it again (after its
+``--lease`` has run out, the job resumes from its saved step); submit a
+``stubborn`` job and cancel it (it ends only when ``--cancel-grace`` runs
+out); give a job ``--timeout``; run several workers on one store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+import trio_graceful
+from trio_graceful.jobs import (
+    JobContext,
+    JobFunction,
+    JobNotFoundError,
+    JobStopped,
+    JobStore,
+    StoreError,
+    Worker,
+    open_store,
+)
+
+KINDS = ("steps", "stubborn", "blocking")
+
+
+def append_audit(path: str | None, line: dict[str, Any]) -> None:
+    """Append one JSON line; O_APPEND keeps lines of several processes whole."""
+    if path is None:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def job_functions(audit: str | None) -> dict[str, JobFunction]:
+    """The three kinds of job, writing to ``audit`` after each step's work."""
+
+    def record(ctx: JobContext, step: int) -> None:
+        append_audit(
+            audit,
+            {
+                "job": ctx.job.id,
+                "attempt": ctx.attempt,
+                "worker": ctx.job.worker,
+                "step": step,
+                "t": time.time(),
+            },
+        )
+
+    def plan(ctx: JobContext) -> tuple[range, float, int | None, int | None]:
+        p = ctx.job.payload
+        start = int((ctx.progress or {}).get("step", 0)) + 1
+        return (
+            range(start, int(p["steps"]) + 1),
+            float(p["step_ms"]) / 1000,
+            p.get("fail_at"),
+            p.get("hang_at"),
+        )
+
+    async def steps(ctx: JobContext, *, cooperative: bool = True) -> dict[str, int]:
+        todo, seconds, fail_at, hang_at = plan(ctx)
+        for k in todo:
+            if cooperative:
+                await ctx.checkpoint()
+            if k == hang_at:
+                if cooperative:
+                    await ctx.wait_stop()
+                    raise JobStopped
+                await trio.sleep_forever()
+            if k == fail_at:
+                raise RuntimeError(f"failed at step {k}")
+            await trio.sleep(seconds)
+            record(ctx, k)
+            await ctx.report_progress({"step": k}, save_now=True)
+        return {"steps": todo.stop - 1}
+
+    async def stubborn(ctx: JobContext) -> dict[str, int]:
+        return await steps(ctx, cooperative=False)
+
+    async def blocking(ctx: JobContext) -> dict[str, int]:
+        todo, seconds, fail_at, hang_at = plan(ctx)
+
+        def work(flag: trio_graceful.StopFlag) -> None:
+            for k in todo:
+                if flag.is_set():
+                    raise JobStopped
+                if k == hang_at:
+                    flag.wait()
+                    raise JobStopped
+                if k == fail_at:
+                    raise RuntimeError(f"failed at step {k}")
+                time.sleep(seconds)
+                record(ctx, k)
+                save = functools.partial(ctx.report_progress, save_now=True)
+                trio.from_thread.run(save, {"step": k})
+
+        await ctx.run_in_thread(work, name=f"steps of {ctx.job.id}")
+        return {"steps": todo.stop - 1}
+
+    return {"steps": steps, "stubborn": stubborn, "blocking": blocking}
+
+
+@asynccontextmanager
+async def opened(store: JobStore) -> AsyncGenerator[JobStore, None]:
+    """Hold the store open until the services that use it have stopped."""
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+async def run_worker(
+    args: argparse.Namespace,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve jobs until the program shuts down."""
+    runner = trio_graceful.current_runner()
+    store = await runner.enter_resource(opened(open_store(args.store)), name="store")
+    ids = {} if args.worker_id is None else {"worker_id": args.worker_id}
+    worker = Worker(
+        store,
+        job_functions(args.audit),
+        **ids,
+        concurrency=args.concurrency,
+        grace=args.grace,
+        cancel_grace=args.cancel_grace,
+        lease=args.lease,
+        stale_after=args.stale_after,
+        poll_interval=0.1,
+    )
+    await runner.start_service(worker.serve, name="jobs worker")
+    task_status.started()
+    _, inbox = runner.root.open_inbox()
+    await inbox.receive()
+
+
+async def submit(store: JobStore, args: argparse.Namespace) -> None:
+    payload = {"steps": args.steps, "step_ms": args.step_ms}
+    if args.fail_at is not None:
+        payload["fail_at"] = args.fail_at
+    if args.hang_at is not None:
+        payload["hang_at"] = args.hang_at
+    job_id = await store.submit(
+        args.kind, payload, timeout=args.timeout, max_attempts=args.max_attempts
+    )
+    print(job_id)
+
+
+async def status(store: JobStore, args: argparse.Namespace) -> None:
+    now = store.now()
+    for job in await store.jobs(args.ids or None):
+        if args.json:
+            print(json.dumps(job.as_json(now=now)))
+        else:
+            step = (job.progress or {}).get("step", 0)
+            print(f"{job.id} {job.kind} {job.state.value} step={step}")
+
+
+def seconds(text: str, *, positive: bool = False) -> float:
+    """A finite number of seconds, >= 0 (> 0 if ``positive``), for argparse."""
+    value = float(text)
+    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        bound = "> 0" if positive else ">= 0"
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number {bound}, not {text!r}"
+        )
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number >= 1, for argparse."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {text!r}")
+    return value
+
+
+def kind(text: str) -> str:
+    if text not in KINDS:
+        raise argparse.ArgumentTypeError(
+            f"unknown job kind {text!r}; the kinds are {', '.join(KINDS)}"
+        )
+    return text
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    positive = functools.partial(seconds, positive=True)
+    positive.__name__ = "seconds"  # type: ignore[attr-defined]
+    parser = argparse.ArgumentParser(
+        description="Durable background jobs: a worker and its clients."
+    )
+    parser.add_argument("--store", default="sqlite:///jobs.db")
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker", help="run jobs until SIGTERM or SIGINT")
+    worker.add_argument("--concurrency", type=count, default=4)
+    worker.add_argument("--grace", type=seconds, default=10.0)
+    worker.add_argument("--cancel-grace", type=seconds, default=5.0)
+    worker.add_argument("--lease", type=positive, default=30.0)
+    worker.add_argument("--stale-after", type=seconds, default=60.0)
+    worker.add_argument("--worker-id", default=None)
+    worker.add_argument("--audit", default=None)
+    sub = commands.add_parser("submit", help="queue a job; print its id")
+    sub.add_argument("kind", type=kind)
+    sub.add_argument("--steps", type=count, default=10)
+    sub.add_argument("--step-ms", type=seconds, default=100.0)
+    sub.add_argument("--timeout", type=positive, default=None)
+    sub.add_argument("--fail-at", type=count, default=None)
+    sub.add_argument("--hang-at", type=count, default=None)
+    sub.add_argument("--max-attempts", type=count, default=3)
+    cancel = commands.add_parser("cancel", help="request a job's cancellation")
+    cancel.add_argument("id")
+    stat = commands.add_parser("status", help="show jobs")
+    stat.add_argument("ids", nargs="*")
+    stat.add_argument("--json", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if args.command == "worker":
+            # The program's grace covers the jobs' grace and the hand-backs.
+            return trio_graceful.run(
+                run_worker, args, grace=args.grace + 5, name="jobs worker"
+            )
+        store = open_store(args.store)
+        try:
+            if args.command == "submit":
+                trio.run(submit, store, args)
+            elif args.command == "cancel":
+                trio.run(store.request_cancel, args.id)
+            else:
+                trio.run(status, store, args)
+        finally:
+            store.close()
+    except (JobNotFoundError, ValueError, StoreError) as exc:
+        print(f"jobs_service: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The job transition table, walked h11-style, and random histories against it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from trio_graceful.jobs import (
+    TRANSITIONS,
+    IllegalJobTransitionError,
+    JobEvent,
+    JobState,
+)
+from trio_graceful.jobs._sqlite import SQLiteQueries
+from trio_graceful.jobs._states import check_transition, diagram_lines
+
+S = JobState
+E = JobEvent
+
+EXPECTED = {
+    (S.QUEUED, E.CLAIM): S.RUNNING,
+    (S.QUEUED, E.CANCEL): S.CANCELLED,
+    (S.RUNNING, E.COMPLETE): S.COMPLETED,
+    (S.RUNNING, E.FAIL): S.FAILED,
+    (S.RUNNING, E.CANCEL): S.CANCELLING,
+    (S.RUNNING, E.TIME_OUT): S.TIMING_OUT,
+    (S.RUNNING, E.REQUEUE): S.QUEUED,
+    (S.CANCELLING, E.FINISH_CANCEL): S.CANCELLED,
+    (S.TIMING_OUT, E.FINISH_TIME_OUT): S.TIMED_OUT,
+}
+
+
+def test_the_table_is_exactly_the_documented_one() -> None:
+    assert dict(TRANSITIONS) == EXPECTED
+
+
+def test_terminal_states() -> None:
+    assert {s for s in S if s.terminal} == {
+        S.COMPLETED,
+        S.FAILED,
+        S.CANCELLED,
+        S.TIMED_OUT,
+    }
+
+
+@pytest.mark.parametrize(("source", "event"), sorted(EXPECTED, key=str))
+def test_every_legal_transition(source: JobState, event: JobEvent) -> None:
+    assert check_transition("j", source, event) is EXPECTED[source, event]
+
+
+ILLEGAL = [(s, e) for s in S for e in E if (s, e) not in EXPECTED]
+
+
+@pytest.mark.parametrize(("source", "event"), ILLEGAL)
+def test_every_illegal_transition_raises(source: JobState, event: JobEvent) -> None:
+    legal = " or ".join(s.value for s in S if (s, event) in EXPECTED)
+    with pytest.raises(IllegalJobTransitionError) as info:
+        check_transition("j1", source, event)
+    assert str(info.value) == (
+        f"job j1 cannot {event.value} while {source.value}; "
+        f"that is legal only while {legal}"
+    )
+
+
+def test_the_documented_diagram_is_the_table() -> None:
+    lines = diagram_lines()
+    assert len(lines) == len(EXPECTED)
+    assert lines[0] == "queued      --claim------------>  running"
+    assert "cancelling  --finish cancel---->  cancelled [end]" in lines
+    page = (Path(__file__).parents[2] / "docs" / "jobs.rst").read_text()
+    assert "\n".join(f"   {line}" for line in lines) in page
+
+
+def _apply(q: SQLiteQueries, job_id: str, event: JobEvent, now: float) -> None:
+    """Drive one event through the store, as the worker or a client would."""
+    job = q.get(job_id)
+    if event is E.CLAIM:
+        if job.state is S.QUEUED:
+            assert q.claim("w", now=now, lease=10, stale_after=None) is not None
+        else:
+            # Nothing queued: a claim finds nothing and changes nothing.
+            assert q.claim("w", now=now, lease=10, stale_after=None) is None
+        return
+    if event is E.CANCEL and job.state is S.QUEUED:
+        q.request_cancel(job_id, now=now)
+        return
+    q.finish(
+        job_id,
+        event,
+        worker="w",
+        attempt=job.attempts,
+        now=now,
+        reason="test",
+        changes={},
+    )
+
+
+@given(st.lists(st.sampled_from(list(E)), max_size=12))
+def test_random_histories_follow_the_table(events: list[JobEvent]) -> None:
+    q = SQLiteQueries(":memory:")
+    try:
+        job_id = q.submit("k", {}, timeout=None, max_attempts=3, now=0.0)
+        model = S.QUEUED
+        for now, event in enumerate(events, start=1):
+            before = q.get(job_id)
+            log_before = q.events(job_id)
+            target = TRANSITIONS.get((model, event))
+            if target is None and event is not E.CLAIM:
+                with pytest.raises(IllegalJobTransitionError):
+                    _apply(q, job_id, event, float(now))
+                assert q.get(job_id) == before
+                assert q.events(job_id) == log_before
+                continue
+            _apply(q, job_id, event, float(now))
+            if target is None:
+                assert q.get(job_id) == before
+                continue
+            model = target
+            after = q.get(job_id)
+            assert after.state is model
+            assert (after.ended_at is not None) == model.terminal
+            last = q.events(job_id)[-1]
+            assert (last.source, last.target, last.at) == (before.state, model, now)
+        # The audit log replays to the final state through legal steps only.
+        log = q.events(job_id)
+        assert log[0].source is None
+        assert log[0].target is S.QUEUED
+        for row in log[1:]:
+            assert row.source is not None
+            assert row.target in {
+                t for (s, _), t in TRANSITIONS.items() if s is row.source
+            }
+        assert log[-1].target is model
+    finally:
+        q.close()

@@ -1,0 +1,130 @@
+"""The behaviour every store shares, run against SQLite and a real PostgreSQL.
+
+The exact-time tests are in test_job_store.py (SQLite under the mock
+clock); PostgreSQL judges times by its own clock, so these assert order
+and counts only.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+
+from trio_graceful.jobs import (
+    IllegalJobTransitionError,
+    JobEvent,
+    JobNotFoundError,
+    JobState,
+    LostJobError,
+    open_store,
+)
+from trio_graceful.jobs._sql import SqlQueries
+
+S = JobState
+
+
+async def test_lifecycle_with_audit_rows(store_url: str) -> None:
+    store = open_store(store_url)
+    try:
+        job_id = await store.submit("k", {"n": 1}, timeout=2.5)
+        job = await store.claim("w", lease=30)
+        assert job is not None
+        assert (job.id, job.state, job.attempts, job.timeout) == (
+            job_id,
+            S.RUNNING,
+            1,
+            2.5,
+        )
+        await store.save_progress(job_id, {"step": 1}, worker="w", attempt=1)
+        with pytest.raises(LostJobError):
+            await store.save_progress(job_id, {"step": 9}, worker="x", attempt=1)
+        with pytest.raises(IllegalJobTransitionError):
+            await store.finish(
+                job_id, JobEvent.FINISH_CANCEL, worker="w", attempt=1, reason=""
+            )
+        await store.finish(
+            job_id, JobEvent.TIME_OUT, worker="w", attempt=1, reason="late"
+        )
+        done = await store.finish(
+            job_id, JobEvent.FINISH_TIME_OUT, worker="w", attempt=1, reason="cleaned"
+        )
+        assert (done.state, done.progress) == (S.TIMED_OUT, {"step": 1})
+        assert done.timed_out_at is not None
+        assert done.ended_at is not None
+        assert done.timed_out_at <= done.ended_at
+        log = await store.events(job_id)
+        assert [(e.source, e.target, e.worker) for e in log] == [
+            (None, S.QUEUED, None),
+            (S.QUEUED, S.RUNNING, "w"),
+            (S.RUNNING, S.TIMING_OUT, "w"),
+            (S.TIMING_OUT, S.TIMED_OUT, "w"),
+        ]
+        assert [e.at for e in log] == sorted(e.at for e in log)
+        with pytest.raises(JobNotFoundError, match=r"^no job with id 'nope'$"):
+            await store.request_cancel("nope")
+    finally:
+        store.close()
+
+
+async def test_cancel_and_rescue(store_url: str) -> None:
+    store = open_store(store_url)
+    try:
+        queued, running, dead = [await store.submit("k") for _ in range(3)]
+        assert (await store.request_cancel(queued)).state is S.CANCELLED
+        await store.claim("live", lease=600)
+        await store.claim("gone", lease=600)
+        await store.request_cancel(running)
+        assert await store.cancel_requests("live") == [running]
+        await store.drop_lease("gone")
+        # Only the job of the worker without a lease is settled.
+        rescued = await store.rescue(rescuer="r")
+        assert [(job.id, job.state) for job in rescued] == [(dead, S.QUEUED)]
+        assert (await store.get(running)).state is S.RUNNING
+        assert list(await store.leases()) == ["live"]
+    finally:
+        store.close()
+
+
+def test_concurrent_claims_take_each_job_once(store_url: str) -> None:
+    """Eight connections claim at once, in threads: every job exactly once."""
+    setup = open_store(store_url)
+    ids = {trio.run(setup.submit, "k") for _ in range(40)}
+    setup.close()
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def claimer(name: str) -> None:
+        store = open_store(store_url)
+        queries: SqlQueries = store._queries  # pyright: ignore[reportPrivateUsage]
+        try:
+            while job := queries.claim(name, now=0.0, lease=60, stale_after=None):
+                with lock:
+                    claimed.append(job.id)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(claimed) == sorted(ids)
+
+
+async def test_postgres_notifies_listening_workers(postgres_url: str) -> None:
+    listener = open_store(postgres_url)
+    client = open_store(postgres_url)
+    try:
+        assert listener.listens
+        assert not open_store("sqlite:///:memory:").listens
+        await listener.wait_for_news(0.01)  # LISTEN is in place from here on
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(listener.wait_for_news, 60)
+                await trio.sleep(0.2)
+                await client.submit("k")
+    finally:
+        listener.close()
+        client.close()

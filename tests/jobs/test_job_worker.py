@@ -1,0 +1,334 @@
+"""The job worker under the mock clock: every ending of a job, at its exact time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_graceful import TraceKind, record_trace
+from trio_graceful.jobs import (
+    CallTimeoutError,
+    JobContext,
+    JobFunction,
+    JobState,
+    JobStore,
+    Worker,
+)
+
+from .support import mock_store, serving, steps, stubborn
+
+S = JobState
+
+
+def make_worker(
+    store: JobStore, functions: dict[str, JobFunction], **options: Any
+) -> Worker:
+    options.setdefault("poll_interval", 0.5)
+    options.setdefault("worker_id", "w1")
+    return Worker(store, functions, **options)
+
+
+async def wait_for_state(store: JobStore, job_id: str, state: JobState) -> None:
+    """Poll the store (virtual time) until the job is in ``state``."""
+    # The store is the only shared view of a job, as for another process.
+    while (await store.get(job_id)).state is not state:  # noqa: ASYNC110
+        await trio.sleep(0.01)
+
+
+def audit(events: list[Any]) -> list[tuple[Any, Any, float]]:
+    return [(e.source, e.target, e.at) for e in events]
+
+
+async def test_completed_job_lists_the_calls_that_timed_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    errors: list[CallTimeoutError] = []
+
+    async def provider_calls(ctx: JobContext) -> list[str]:
+        done: list[str] = []
+        for name, seconds in [("fast", 1), ("slow", 50), ("last", 2)]:
+            try:
+                with ctx.call_timeout(10, name=name):
+                    await trio.sleep(seconds)
+                done.append(name)
+            except CallTimeoutError as exc:
+                errors.append(exc)
+                ctx.subtask_failed(name)
+        return done
+
+    store = mock_store()
+    job_id = await store.submit("calls")
+    worker = make_worker(store, {"calls": provider_calls})
+    with record_trace() as trace:
+        async with serving(worker):
+            await wait_for_state(store, job_id, S.COMPLETED)
+    job = await store.get(job_id)
+    assert (job.result, job.failed_subtasks, job.elapsed, job.ended_at) == (
+        ["fast", "last"],
+        ("slow",),
+        13,
+        13,
+    )
+    assert audit(await store.events(job_id)) == [
+        (None, S.QUEUED, 0),
+        (S.QUEUED, S.RUNNING, 0),
+        (S.RUNNING, S.COMPLETED, 13),
+    ]
+    details = [e.detail for e in trace.of_kind(TraceKind.STATE_CHANGED)]
+    assert f"job {job_id}: queued -> running" in details
+    assert f"job {job_id}: running -> completed" in details
+    assert worker.statistics().ended == {"completed": 1}
+    [error] = errors
+    assert str(error) == "call 'slow' timed out after 10 s (limit 10 s)"
+    assert (error.name, error.elapsed, error.limit) == ("slow", 10, 10)
+
+
+async def test_a_job_that_raises_fails(autojump_clock: trio.testing.MockClock) -> None:
+    async def broken(ctx: JobContext) -> None:
+        await trio.sleep(2)
+        raise ValueError("bad input")
+
+    store = mock_store()
+    job_id = await store.submit("broken")
+    unknown = await store.submit("nope")
+    async with serving(make_worker(store, {"broken": broken})):
+        await wait_for_state(store, job_id, S.FAILED)
+    job = await store.get(job_id)
+    assert (job.error, job.ended_at) == ("raised ValueError('bad input')", 2)
+    assert (await store.get(unknown)).error == "no job function for kind 'nope'"
+
+
+async def test_cooperative_cancel(autojump_clock: trio.testing.MockClock) -> None:
+    store = mock_store()
+    job_id = await store.submit("steps")
+    async with serving(make_worker(store, {"steps": steps}, cancel_grace=5)):
+        await trio.sleep(2.2)
+        await store.request_cancel(job_id)
+        await wait_for_state(store, job_id, S.CANCELLED)
+    job = await store.get(job_id)
+    # Seen by the poll at 2.5; the job stops at its next checkpoint, at 3.
+    assert audit(await store.events(job_id))[-2:] == [
+        (S.RUNNING, S.CANCELLING, 2.5),
+        (S.CANCELLING, S.CANCELLED, 3),
+    ]
+    assert (job.progress, job.error, job.cancel_requested_at) == (
+        {"step": 3},
+        "cancelled cooperatively",
+        2.2,
+    )
+
+
+async def test_forced_cancel_after_the_cancel_grace(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cleanups: list[float] = []
+
+    async def ignores_stop(ctx: JobContext) -> None:
+        try:
+            await stubborn(ctx)
+        finally:
+            cleanups.append(trio.current_time())
+
+    store = mock_store()
+    job_id = await store.submit("stubborn")
+    async with serving(make_worker(store, {"stubborn": ignores_stop}, cancel_grace=5)):
+        await trio.sleep(2.2)
+        await store.request_cancel(job_id)
+        await wait_for_state(store, job_id, S.CANCELLED)
+    assert audit(await store.events(job_id))[-2:] == [
+        (S.RUNNING, S.CANCELLING, 2.5),
+        (S.CANCELLING, S.CANCELLED, 7.5),
+    ]
+    assert cleanups == [7.5]
+    assert (await store.get(job_id)).error == "cancelled after a hard cancel"
+
+
+async def test_timeout_is_an_exact_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cleanups: list[float] = []
+
+    async def slow(ctx: JobContext) -> None:
+        try:
+            await trio.sleep(100)
+        finally:
+            cleanups.append(trio.current_time())
+
+    store = mock_store()
+    await trio.sleep(1)
+    job_id = await store.submit("slow", timeout=4.25)
+    async with serving(make_worker(store, {"slow": slow})):
+        await wait_for_state(store, job_id, S.TIMED_OUT)
+    job = await store.get(job_id)
+    assert audit(await store.events(job_id))[-2:] == [
+        (S.RUNNING, S.TIMING_OUT, 5.25),
+        (S.TIMING_OUT, S.TIMED_OUT, 5.25),
+    ]
+    assert (job.timed_out_at, job.elapsed, job.error) == (
+        5.25,
+        4.25,
+        "timed out after 4.25 s",
+    )
+    assert cleanups == [5.25]
+
+
+async def test_shutdown_hands_back_unfinished_jobs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def quick(ctx: JobContext) -> str:
+        await trio.sleep(3)
+        return "ok"
+
+    store = mock_store()
+    coop = await store.submit("steps")
+    hard = await store.submit("stubborn")
+    done = await store.submit("quick")
+    waiting = await store.submit("steps")
+    functions: dict[str, JobFunction] = {
+        "steps": steps,
+        "stubborn": stubborn,
+        "quick": quick,
+    }
+    worker = make_worker(store, functions, concurrency=3, grace=5, lease=3)
+    async with serving(worker):
+        await trio.sleep(1.5)
+    # serve() returned when the last job was settled.
+    assert trio.current_time() == 6.5
+    jobs = {job.id: job for job in await store.jobs()}
+    assert [jobs[j].state for j in (coop, hard, done, waiting)] == [
+        S.QUEUED,
+        S.QUEUED,
+        S.COMPLETED,
+        S.QUEUED,
+    ]
+    assert (jobs[coop].progress, jobs[coop].handbacks, jobs[coop].attempts) == (
+        {"step": 2},
+        1,
+        1,
+    )
+    assert audit(await store.events(coop))[-1] == (S.RUNNING, S.QUEUED, 2)
+    assert audit(await store.events(hard))[-1] == (S.RUNNING, S.QUEUED, 6.5)
+    assert (jobs[done].ended_at, jobs[waiting].attempts) == (3, 0)
+    assert worker.statistics().ended == {"queued": 2, "completed": 1}
+    assert await store.leases() == {}
+
+
+async def test_the_lease_is_renewed_while_draining(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = mock_store()
+    await store.submit("stubborn")
+    worker = make_worker(store, {"stubborn": stubborn}, grace=10, lease=3)
+    leases: list[dict[str, float]] = []
+    async with trio.open_nursery() as nursery, serving(worker):
+        await trio.sleep(1.5)
+
+        async def look() -> None:
+            await trio.sleep(8)
+            leases.append(await store.leases())
+
+        nursery.start_soon(look)
+    # Renewed every second: at 9, the lease runs until 12.
+    assert leases == [{"w1": 12.0}]
+
+
+async def test_cancel_requests_are_served_while_draining(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = mock_store()
+    job_id = await store.submit("stubborn")
+    worker = make_worker(store, {"stubborn": stubborn}, grace=5)
+    async with trio.open_nursery() as nursery, serving(worker):
+        await trio.sleep(1)
+
+        async def cancel_later() -> None:
+            await trio.sleep(1.2)
+            await store.request_cancel(job_id)
+
+        nursery.start_soon(cancel_later)
+    job = await store.get(job_id)
+    assert (job.state, job.ended_at) == (S.CANCELLED, 6)
+    assert audit(await store.events(job_id))[-2:] == [
+        (S.RUNNING, S.CANCELLING, 6),
+        (S.CANCELLING, S.CANCELLED, 6),
+    ]
+
+
+async def test_a_dead_workers_job_is_rescued_and_resumed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = mock_store()
+    job_id = await store.submit("steps", {"steps": 5})
+    await store.claim("dead", lease=2)
+    await store.save_progress(job_id, {"step": 3}, worker="dead", attempt=1)
+    await trio.sleep(2)
+    async with serving(make_worker(store, {"steps": steps})):
+        await wait_for_state(store, job_id, S.COMPLETED)
+    job = await store.get(job_id)
+    assert (job.attempts, job.progress, job.worker, job.result) == (
+        2,
+        {"step": 5},
+        "w1",
+        5,
+    )
+    assert job.ended_at == 4
+    assert [(e.target, e.worker) for e in await store.events(job_id)] == [
+        (S.QUEUED, None),
+        (S.RUNNING, "dead"),
+        (S.QUEUED, "w1"),
+        (S.RUNNING, "w1"),
+        (S.COMPLETED, "w1"),
+    ]
+
+
+async def test_progress_saves_are_throttled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    saved: list[Any] = []
+
+    async def chatty(ctx: JobContext) -> None:
+        for k in range(40):
+            await trio.sleep(0.1)
+            await ctx.report_progress({"k": k})
+            saved.append((await store.get(ctx.job.id)).progress)
+
+    store = mock_store()
+    job_id = await store.submit("chatty")
+    async with serving(make_worker(store, {"chatty": chatty}, heartbeat_interval=1)):
+        await wait_for_state(store, job_id, S.COMPLETED)
+    distinct = [p for i, p in enumerate(saved) if i == 0 or saved[i - 1] != p]
+    assert len(distinct) == 4
+    assert (await store.get(job_id)).progress == {"k": 39}
+
+
+def test_bad_worker_options() -> None:
+    store = mock_store()
+    with pytest.raises(ValueError, match=r"^concurrency must be >= 1, not 0$"):
+        Worker(store, {}, concurrency=0)
+    with pytest.raises(ValueError, match=r"^grace must be >= 0, not -1$"):
+        Worker(store, {}, grace=-1)
+    with pytest.raises(ValueError, match=r"^lease must be a finite number > 0, not 0$"):
+        Worker(store, {}, lease=0)
+
+
+async def test_a_worker_that_lost_its_job_writes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = mock_store()
+    job_id = await store.submit("stubborn")
+    worker = make_worker(store, {"stubborn": stubborn}, concurrency=1, grace=1)
+    async with serving(worker):
+        await trio.sleep(1)
+        # As if the worker had stalled past its lease: another worker
+        # rescues the job while this one still runs it.
+        await store.drop_lease("w1")
+        [rescued] = await store.rescue(rescuer="r")
+        assert rescued.state is S.QUEUED
+    job = await store.get(job_id)
+    # The hand-back at the shutdown was refused: the rescue stands alone.
+    assert (job.state, job.handbacks, job.attempts) == (S.QUEUED, 0, 1)
+    assert audit(await store.events(job_id))[-1] == (S.RUNNING, S.QUEUED, 1)
+    assert worker.statistics().ended == {"running": 1}

@@ -1,0 +1,27 @@
+"""Durable background jobs on Trio: two-phase cancellation, deadlines, crash recovery.
+
+Jobs live in a store (`open_store`); a `Worker` claims and runs them, each
+in a bundle of its own, and settles every transition in the store together
+with a row of the audit log. See the how-to "Durable background jobs".
+"""
+
+from ._context import (
+    CallTimeoutError as CallTimeoutError,
+    JobContext as JobContext,
+    JobStopped as JobStopped,
+)
+from ._records import AuditEvent as AuditEvent, JobRecord as JobRecord
+from ._sql import LostJobError as LostJobError, StoreError as StoreError
+from ._states import (
+    TRANSITIONS as TRANSITIONS,
+    IllegalJobTransitionError as IllegalJobTransitionError,
+    JobEvent as JobEvent,
+    JobNotFoundError as JobNotFoundError,
+    JobState as JobState,
+)
+from ._store import JobStore as JobStore, open_store as open_store
+from ._worker import (
+    JobFunction as JobFunction,
+    Worker as Worker,
+    WorkerStatistics as WorkerStatistics,
+)

@@ -1,0 +1,119 @@
+"""The values a job store hands out: a job's record and an audit event."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._states import JobState
+
+
+@attrs.frozen
+class JobRecord:
+    """A snapshot of one job as the store holds it.
+
+    Times are Unix seconds (or the store's clock), `None` when not reached.
+    """
+
+    id: str
+    """The job's id, unique in its store."""
+    kind: str
+    """What to run: a key of the worker's registry of job functions."""
+    payload: Mapping[str, Any]
+    """The job's arguments, as submitted (JSON values)."""
+    state: JobState
+    """The current state."""
+    attempts: int
+    """How many times a worker has claimed the job."""
+    handbacks: int
+    """How many of those attempts a worker handed back at its shutdown;
+    they do not count against `max_attempts`."""
+    max_attempts: int
+    """Attempts that may end with a dead worker before the job fails."""
+    timeout: float | None
+    """Seconds one attempt may run, or `None` for no limit."""
+    worker: str | None
+    """The worker that holds (or last held) the job."""
+    created_at: float
+    """When the job was submitted."""
+    started_at: float | None
+    """When the current (or last) attempt was claimed."""
+    ended_at: float | None
+    """When the job reached a terminal state."""
+    last_heartbeat_at: float | None
+    """When progress was last saved."""
+    progress: Mapping[str, Any] | None
+    """The last saved progress; a resumed attempt starts from it."""
+    cancel_requested_at: float | None
+    """When cancellation was requested, if it was."""
+    timed_out_at: float | None
+    """When the job's deadline passed, if it did."""
+    elapsed: float | None
+    """Seconds the last attempt ran, once it has ended."""
+    error: str | None
+    """Why the job failed, was cancelled or timed out."""
+    result: Any
+    """What the job function returned (JSON), once completed."""
+    failed_subtasks: tuple[str, ...]
+    """The calls the job reported as failed but went on without."""
+    stale_after: float | None
+    """Seconds without saved progress after which the running job counts as
+    stale, as its worker was configured; `None` for never."""
+
+    def is_stale(self, now: float) -> bool:
+        """True if the job runs but has not saved progress for `stale_after` s.
+
+        Informational only: a stale job keeps running.
+        """
+        stale_after = self.stale_after
+        if self.state is not JobState.RUNNING or stale_after is None:
+            return False
+        last = self.last_heartbeat_at
+        if last is None:
+            last = self.started_at if self.started_at is not None else math.inf
+        return now - last >= stale_after
+
+    def as_json(self, *, now: float) -> dict[str, Any]:
+        """The record as the status query's JSON object."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "state": self.state.value,
+            "attempts": self.attempts,
+            "worker": self.worker,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "last_heartbeat_at": self.last_heartbeat_at,
+            "progress": self.progress,
+            "stale": self.is_stale(now),
+            "timed_out_at": self.timed_out_at,
+            "elapsed": self.elapsed,
+            "cancel_requested_at": self.cancel_requested_at,
+            "error": self.error,
+            "result": self.result,
+            "failed_subtasks": list(self.failed_subtasks),
+        }
+
+
+@attrs.frozen
+class AuditEvent:
+    """One row of the audit log, written with the transition it records."""
+
+    seq: int
+    """Position in the log (increasing)."""
+    job: str
+    """The job's id."""
+    source: JobState | None
+    """The state left; `None` for the submission."""
+    target: JobState
+    """The state entered."""
+    at: float
+    """When."""
+    worker: str | None
+    """Who wrote it: a worker id, or `None` for a client."""
+    reason: str
+    """Why, in words."""

@@ -1,0 +1,296 @@
+"""The async face of a job store: argument checks, the clock, and the thread hop.
+
+`JobStore` checks every argument in the Trio thread, reads the clock there
+(so that tests can run the store under Trio's mock clock), and runs the
+store's synchronous queries in a worker thread, one call at a time per
+store. `open_store` picks the store from a URL.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, ParamSpec, TypeVar, cast
+
+import attrs
+import trio
+
+from ._postgres import PostgresQueries
+from ._records import AuditEvent, JobRecord
+from ._sql import SqlQueries
+from ._sqlite import SQLiteQueries
+from ._states import JobEvent
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_STORE_URL: Final = "sqlite:///jobs.db"
+
+
+def check_timeout(value: object, *, argument: str = "timeout") -> float | None:
+    """Return ``value`` if it is None or a positive, finite number of seconds.
+
+    Raises:
+        TypeError: if it is not a number.
+        ValueError: if it is zero, negative, infinite or NaN.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{argument} must be a number of seconds, not {value!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{argument} must be a finite number > 0, not {value!r}")
+    return float(value)
+
+
+def _check_worker(worker: object) -> str:
+    if not isinstance(worker, str) or not worker:
+        raise TypeError(f"worker must be a non-empty string, not {worker!r}")
+    return worker
+
+
+@attrs.define(eq=False)
+class JobStore:
+    """Durable jobs in a database, for any number of workers and clients.
+
+    Create one with `open_store`. All async methods are checkpoints; each
+    runs its queries in one transaction, in a worker thread.
+
+    Args:
+        queries: The store's synchronous operations.
+        clock: Returns the current time in seconds; `time.time` by default.
+            Called in the Trio thread.
+        offload: Run the queries in a worker thread (the default). `False`
+            runs them in the Trio thread, which keeps a test under Trio's
+            mock clock exact.
+    """
+
+    _queries: SqlQueries
+    _clock: Callable[[], float] = time.time
+    _offload: bool = True
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+
+    def now(self) -> float:
+        """The store's current time. Not a checkpoint."""
+        return self._clock()
+
+    async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        async with self._lock:
+            if not self._offload:
+                await trio.lowlevel.checkpoint()
+                return fn(*args, **kwargs)
+            return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    @property
+    def listens(self) -> bool:
+        """True if `wait_for_news` hears other processes (PostgreSQL)."""
+        return self._queries.listens and self._offload
+
+    async def wait_for_news(self, timeout: float) -> None:
+        """Wait for a new job or a cancel request, for ``timeout`` seconds at most.
+
+        Only for a store that `listens`; others raise `RuntimeError`. The
+        wait runs in a thread, abandoned if cancelled. This is a checkpoint.
+        """
+        if not self.listens:
+            raise RuntimeError("this store does not listen; poll it instead")
+        await trio.to_thread.run_sync(
+            self._queries.wait_for_news, timeout, abandon_on_cancel=True
+        )
+
+    async def submit(
+        self,
+        kind: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        max_attempts: int = 3,
+    ) -> str:
+        """Queue a new job and return its id.
+
+        Args:
+            kind (str): Which job function runs it.
+            payload (dict or None): Its arguments, JSON values.
+            timeout (float or None): Seconds one attempt may run.
+            max_attempts (int): Attempts that may end with a dead worker.
+
+        Raises:
+            TypeError: for an argument of the wrong type.
+            ValueError: for an empty kind, a timeout that is not a positive
+                finite number, or ``max_attempts < 1``.
+        """
+        if not isinstance(cast("object", kind), str):
+            raise TypeError(f"kind must be a string, not {kind!r}")
+        if not kind:
+            raise ValueError("kind must not be empty")
+        timeout = check_timeout(timeout)
+        if isinstance(max_attempts, bool) or not isinstance(
+            cast("object", max_attempts), int
+        ):
+            raise TypeError(f"max_attempts must be an int, not {max_attempts!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, not {max_attempts!r}")
+        return await self._call(
+            self._queries.submit,
+            kind,
+            dict(payload or {}),
+            timeout=timeout,
+            max_attempts=max_attempts,
+            now=self.now(),
+        )
+
+    async def claim(
+        self, worker: str, *, lease: float, stale_after: float | None = None
+    ) -> JobRecord | None:
+        """Claim the oldest queued job for ``worker`` and renew its lease.
+
+        ``stale_after`` is recorded with the job (`JobRecord.stale_after`).
+        """
+        worker = _check_worker(worker)
+        return await self._call(
+            self._queries.claim,
+            worker,
+            now=self.now(),
+            lease=lease,
+            stale_after=stale_after,
+        )
+
+    async def finish(
+        self,
+        job_id: str,
+        event: JobEvent,
+        *,
+        worker: str,
+        attempt: int,
+        reason: str,
+        **changes: Any,
+    ) -> JobRecord:
+        """Apply ``event`` to the job attempt that ``worker`` holds.
+
+        Raises:
+            IllegalJobTransitionError: if the table does not allow it.
+            LostJobError: if the attempt is no longer the worker's.
+        """
+        return await self._call(
+            self._queries.finish,
+            job_id,
+            event,
+            worker=worker,
+            attempt=attempt,
+            now=self.now(),
+            reason=reason,
+            changes=changes,
+        )
+
+    async def save_progress(
+        self, job_id: str, progress: Mapping[str, Any], *, worker: str, attempt: int
+    ) -> None:
+        """Persist a running job's progress and its heartbeat time."""
+        await self._call(
+            self._queries.save_progress,
+            job_id,
+            dict(progress),
+            worker=worker,
+            attempt=attempt,
+            now=self.now(),
+        )
+
+    async def request_cancel(self, job_id: str) -> JobRecord:
+        """Ask for a job to be cancelled, from any process.
+
+        A queued job is cancelled at once. For a running one the request is
+        recorded; its worker serves it (`Worker`). A job already cancelling or
+        ended is left as it is.
+
+        Raises:
+            JobNotFoundError: if there is no such job.
+        """
+        return await self._call(self._queries.request_cancel, job_id, now=self.now())
+
+    async def cancel_requests(self, worker: str) -> list[str]:
+        """Ids of the running jobs of ``worker`` whose cancellation was requested."""
+        return await self._call(self._queries.cancel_requests, worker)
+
+    async def renew_lease(self, worker: str, *, lease: float) -> None:
+        """Extend ``worker``'s lease to ``lease`` seconds from now."""
+        await self._call(
+            self._queries.renew_lease,
+            _check_worker(worker),
+            now=self.now(),
+            lease=lease,
+        )
+
+    async def drop_lease(self, worker: str) -> None:
+        """Remove ``worker``'s lease: it holds no jobs any more."""
+        await self._call(self._queries.drop_lease, worker)
+
+    async def leases(self) -> dict[str, float]:
+        """When each live worker's lease expires, by worker id."""
+        return await self._call(self._queries.leases)
+
+    async def rescue(self, *, rescuer: str) -> list[JobRecord]:
+        """Settle the jobs of every worker whose lease has expired.
+
+        ``cancelling`` becomes ``cancelled``, ``timing_out`` becomes
+        ``timed_out``; a ``running`` job is queued again (its progress kept)
+        or, after ``max_attempts``, failed. A job whose cancellation was
+        requested is cancelled. Only an expired lease counts: a job's age
+        never does. Returns the jobs changed.
+        """
+        return await self._call(self._queries.rescue, now=self.now(), rescuer=rescuer)
+
+    async def get(self, job_id: str) -> JobRecord:
+        """The job's record.
+
+        Raises:
+            JobNotFoundError: if there is no such job.
+        """
+        return await self._call(self._queries.get, job_id)
+
+    async def jobs(self, ids: Sequence[str] | None = None) -> list[JobRecord]:
+        """The records of ``ids`` (all jobs if None), in that order."""
+        return await self._call(self._queries.jobs, ids)
+
+    async def events(self, job_id: str | None = None) -> list[AuditEvent]:
+        """The audit log, of one job or of all, oldest first."""
+        return await self._call(self._queries.events, job_id)
+
+    def close(self) -> None:
+        """Close the database connection. Not a checkpoint."""
+        self._queries.close()
+
+
+def open_store(
+    url: str = DEFAULT_STORE_URL,
+    *,
+    clock: Callable[[], float] = time.time,
+    offload: bool = True,
+) -> JobStore:
+    """Open the job store at ``url``, creating its tables if needed. Not a checkpoint.
+
+    Args:
+        url (str): ``sqlite:///path/to/file.db`` (a relative path after the
+            three slashes, an absolute one after four), or a PostgreSQL
+            connection URL ``postgresql://user@host/database`` (needs the
+            ``postgres`` extra).
+        clock: As for `JobStore`.
+        offload (bool): As for `JobStore`.
+
+    Raises:
+        TypeError: if ``url`` is not a string.
+        ValueError: if ``url`` is not a store URL.
+        StoreError: if the file is not a SQLite database, the server cannot
+            be reached, or psycopg is not installed.
+    """
+    if not isinstance(cast("object", url), str):
+        raise TypeError(f"store URL must be a string, not {url!r}")
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and len(url) > len(prefix):
+        return JobStore(SQLiteQueries(url[len(prefix) :]), clock, offload)
+    if url.startswith(("postgresql://", "postgres://")):
+        return JobStore(PostgresQueries(url), clock, offload)
+    raise ValueError(
+        "store URL must look like sqlite:///path/to/file.db or "
+        f"postgresql://host/database, not {url!r}"
+    )
