@@ -173,5 +173,5 @@ class JobContext(metaclass=NoPublicConstructor):
         the thread (see `trio_graceful.run_in_thread`). This is a checkpoint.
         """
         return await run_in_thread(
-            self._bundle, sync_fn, name=name, budget=self._budget
+            sync_fn, bundle=self._bundle, name=name, budget=self._budget
         )
