@@ -76,9 +76,9 @@ _EXTERNAL = [
 ]
 nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
-    # Type variables in the signatures (T, R, PosArgT): they stand for the
+    # Type variables in the signatures (T, U, R, PosArgT): they stand for the
     # caller's types and have no entry of their own to link to.
-    (r"py:class", r"(trio_graceful\._\w+\.)?(T|R|PosArgT)"),
+    (r"py:class", r"(trio_graceful\._\w+\.)?(T|U|R|PosArgT)"),
     # Trace.plot's matplotlib Axes, imported only for type checkers (the
     # plot extra is optional), so autodoc sees the bare name.
     (r"py:class", r"Axes"),
