@@ -1,10 +1,24 @@
-"""Values that describe what a bundle's cancellation did."""
+"""Values that describe what a bundle's cancellation did, and their JSON form.
+
+Times in a report are Trio times (`trio.current_time`), which mean nothing
+outside the run (and are virtual under a mock clock). The JSON form adds
+wall-clock times beside them, from an offset taken when the report is made:
+``wall = trio_time + (time.time() - trio.current_time())``. A duration is the
+same on both clocks; under a mock clock the wall-clock times are the virtual
+ones, placed so that the report's end is the real moment it was made.
+"""
 
 from __future__ import annotations
 
 import enum
+import json
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import attrs
+import trio
 
 
 class ChildOutcome(enum.Enum):
@@ -18,6 +32,92 @@ class ChildOutcome(enum.Enum):
 
     RAISED = "raised"
     """The child raised an exception other than `trio.Cancelled`."""
+
+
+def current_wall_clock_offset() -> float | None:
+    """Return what to add to a Trio time to get a wall-clock time, now.
+
+    `None` outside a Trio run, where there is no Trio clock.
+    """
+    try:
+        now = trio.current_time()
+    except RuntimeError:
+        return None
+    return time.time() - now
+
+
+def float_to_json(value: float) -> float | str:
+    """JSON has no infinity: infinite deadlines and graces are ``"inf"``."""
+    return "inf" if value == math.inf else value
+
+
+def float_from_json(data: Mapping[str, Any], key: str) -> float:
+    """Read a float written by `float_to_json`.
+
+    Raises:
+        ValueError: if the key is missing or does not hold a number.
+    """
+    value = data.get(key)
+    if value == "inf":
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key} must be a number or 'inf', not {value!r}")
+    return float(value)
+
+
+def optional_float_from_json(data: Mapping[str, Any], key: str) -> float | None:
+    """Like `float_from_json`, where `None` (JSON ``null``) is allowed too."""
+    return None if data.get(key) is None else float_from_json(data, key)
+
+
+def str_from_json(data: Mapping[str, Any], key: str, *, optional: bool) -> str | None:
+    """Read a string (or `None` if ``optional``) from decoded JSON.
+
+    Raises:
+        ValueError: if it is missing or of another type.
+    """
+    value = data.get(key)
+    if (value is None and optional) or isinstance(value, str):
+        return value
+    raise ValueError(f"{key} must be a string, not {value!r}")
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def enum_from_json(kind: type[E], data: Mapping[str, Any], key: str) -> E:
+    """Read an enum member written as its value.
+
+    Raises:
+        ValueError: if the value is not one of the members' values.
+    """
+    value = data.get(key)
+    for member in kind:
+        if member.value == value:
+            return member
+    raise ValueError(
+        f"{key} must be one of {[m.value for m in kind]}, not {value!r}"
+    )
+
+
+def check_mapping(data: object, what: str) -> Mapping[str, Any]:
+    """Return ``data`` if it is a mapping (a decoded JSON object).
+
+    Raises:
+        TypeError: if it is not.
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            f"{what} must be a mapping decoded from JSON, not {data!r}"
+        )
+    return data  # pyright: ignore[reportUnknownVariableType]
+
+
+def wall(value: float | None, offset: float | None) -> float | str | None:
+    """The wall-clock time of a Trio time, for JSON; None if either is unknown."""
+    if value is None or offset is None:
+        return None
+    return float_to_json(value + offset)
 
 
 @attrs.frozen
@@ -47,6 +147,50 @@ class ChildEnd:
     """Anything else the child recorded about its end with `Bundle.note`
     (a process's exit status, say)."""
 
+    def as_dict(self, *, wall_clock_offset: float | None = None) -> dict[str, Any]:
+        """Return this entry as a dictionary of JSON values.
+
+        The outcome is its string value (``"finished"``); ``ended_at_wall``
+        is the wall-clock time of ``ended_at`` (seconds since the epoch), or
+        `None` if ``wall_clock_offset`` is `None`.
+        """
+        return {
+            "name": self.name,
+            "outcome": self.outcome.value,
+            "ended_at": float_to_json(self.ended_at),
+            "ended_at_wall": wall(self.ended_at, wall_clock_offset),
+            "elapsed": float_to_json(self.elapsed),
+            "error": self.error,
+            "abandoned": list(self.abandoned),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChildEnd:
+        """Rebuild an entry from `as_dict`'s output; wall-clock times are ignored.
+
+        Raises:
+            TypeError: if ``data`` is not a mapping.
+            ValueError: if a field is missing or holds the wrong kind of value.
+        """
+        data = check_mapping(data, "data")
+        return cls(
+            name=str_from_json(data, "name", optional=False) or "",
+            outcome=enum_from_json(ChildOutcome, data, "outcome"),
+            ended_at=float_from_json(data, "ended_at"),
+            elapsed=float_from_json(data, "elapsed"),
+            error=str_from_json(data, "error", optional=True),
+            abandoned=_strings(data, "abandoned"),
+            notes=_strings(data, "notes"),
+        )
+
+
+def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):  # pyright: ignore[reportUnknownVariableType]
+        raise ValueError(f"{key} must be a list of strings, not {value!r}")
+    return tuple(value)  # pyright: ignore[reportUnknownArgumentType]
+
 
 @attrs.frozen
 class CancelReport:
@@ -74,6 +218,88 @@ class CancelReport:
 
     children: tuple[ChildEnd, ...]
     """One entry per child, in the order the children ended."""
+
+    wall_clock_offset: float | None = attrs.field(
+        factory=current_wall_clock_offset, kw_only=True
+    )
+    """What to add to this report's Trio times to get wall-clock times
+    (seconds since the epoch), taken when the report was made; `None` for a
+    report made outside a Trio run."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the report as a dictionary of JSON values.
+
+        Beside each Trio time ``x`` stands ``x_wall``, the same instant on
+        the wall clock (seconds since the epoch, see `wall_clock_offset`).
+        JSON has no infinity: an infinite deadline is written ``"inf"``.
+        Not a checkpoint.
+        """
+        offset = self.wall_clock_offset
+        return {
+            "bundle": self.bundle,
+            "started_at": float_to_json(self.started_at),
+            "started_at_wall": wall(self.started_at, offset),
+            "finished_at": float_to_json(self.finished_at),
+            "finished_at_wall": wall(self.finished_at, offset),
+            "hard_deadline": float_to_json(self.hard_deadline),
+            "hard_deadline_wall": wall(self.hard_deadline, offset),
+            "hard_cancelled_at": (
+                None
+                if self.hard_cancelled_at is None
+                else float_to_json(self.hard_cancelled_at)
+            ),
+            "hard_cancelled_at_wall": wall(self.hard_cancelled_at, offset),
+            "wall_clock_offset": offset,
+            "children": [
+                child.as_dict(wall_clock_offset=offset) for child in self.children
+            ],
+        }
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """Return the report as JSON text (see `as_dict`). Not a checkpoint.
+
+        Raises:
+            TypeError: if ``indent`` is not an int or None.
+        """
+        if indent is not None and (
+            isinstance(indent, bool) or not isinstance(indent, int)
+        ):
+            raise TypeError(f"indent must be an int or None, not {indent!r}")
+        return json.dumps(self.as_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CancelReport:
+        """Rebuild a report from `as_dict`'s output.
+
+        The wall-clock times are derived, so they are not read back.
+
+        Raises:
+            TypeError: if ``data`` is not a mapping.
+            ValueError: if a field is missing or holds the wrong kind of value.
+        """
+        data = check_mapping(data, "data")
+        children = data.get("children")
+        if not isinstance(children, list):
+            raise ValueError(f"children must be a list, not {children!r}")
+        return cls(
+            bundle=str_from_json(data, "bundle", optional=False) or "",
+            started_at=float_from_json(data, "started_at"),
+            finished_at=float_from_json(data, "finished_at"),
+            hard_deadline=float_from_json(data, "hard_deadline"),
+            hard_cancelled_at=optional_float_from_json(data, "hard_cancelled_at"),
+            children=tuple(ChildEnd.from_dict(c) for c in children),  # pyright: ignore[reportUnknownVariableType]
+            wall_clock_offset=optional_float_from_json(data, "wall_clock_offset"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> CancelReport:
+        """Rebuild a report from `to_json`'s output.
+
+        Raises:
+            TypeError: if ``text`` is not a str or bytes.
+            ValueError: if it is not JSON of a report.
+        """
+        return cls.from_dict(load_json_object(text))
 
     @property
     def elapsed(self) -> float:
@@ -104,6 +330,21 @@ class CancelReport:
             + (f"{len(self.abandoned)} abandoned, " if self.abandoned else "")
             + f"in {self.elapsed:.3f} s"
         )
+
+
+def load_json_object(text: object) -> Mapping[str, Any]:
+    """Decode JSON text that must hold an object.
+
+    Raises:
+        TypeError: if ``text`` is not a str or bytes.
+        ValueError: if it is not valid JSON, or not an object.
+    """
+    if not isinstance(text, (str, bytes)):
+        raise TypeError(f"text must be a str or bytes, not {text!r}")
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"text must hold a JSON object, not {data!r}")
+    return data  # pyright: ignore[reportUnknownVariableType]
 
 
 @attrs.frozen
