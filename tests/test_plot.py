@@ -11,8 +11,7 @@ import matplotlib
 import pytest
 import trio
 import trio.testing
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from trio_graceful import (
     Trace,
@@ -148,7 +147,8 @@ async def test_labels_of_lines_close_together_do_not_overlap(autojump_clock):
         assert not first.overlaps(second)
         # the title sits above both lanes
         title = ax.title.get_window_extent(renderer)
-        assert not title.overlaps(first) and not title.overlaps(second)
+        assert not title.overlaps(first)
+        assert not title.overlaps(second)
     finally:
         plt.close(ax.figure)
 
@@ -189,7 +189,7 @@ def test_placed_labels_keep_apart_in_every_lane(anchors, gap):
     anchors.sort()
     placed = place_labels(anchors, limit=500, gap=gap)
     assert len(placed) == len(anchors)
-    for (x, width), p in zip(anchors, placed):
+    for (x, width), p in zip(anchors, placed, strict=True):
         assert p.right - p.left == pytest.approx(width)
         if p.align == "left":
             assert p.left == x + gap
@@ -219,8 +219,14 @@ def test_row_names_say_what_the_user_named():
             ("server/handler#3", "server"),
             ("server/myapp.server.handle_client#2", "server"),
             ("server/tests.test_x.test_y.<locals>.worker", "server"),
-            ("server/conns/trio._highlevel_serve_listeners._run_handler", "server/conns"),
-            ("server/conns/trio._highlevel_serve_listeners._run_handler#2", "server/conns"),
+            (
+                "server/conns/trio._highlevel_serve_listeners._run_handler",
+                "server/conns",
+            ),
+            (
+                "server/conns/trio._highlevel_serve_listeners._run_handler#2",
+                "server/conns",
+            ),
             ("v1.2", ""),
             ("_private", ""),
         ]
@@ -262,21 +268,23 @@ class MemoryListener(trio.abc.Listener[trio.abc.Stream]):
 async def test_rows_of_a_served_listener_are_named_after_the_bundle(autojump_clock):
     listeners = [MemoryListener()]
     with record_trace() as trace:
-        async with open_bundle(name="server") as server:
-            async with open_bundle(name="connections") as connections:
-                server.start_soon(
-                    functools.partial(
-                        trio.serve_listeners,
-                        handle_client,
-                        listeners,
-                        handler_nursery=connections,
-                    ),
-                    name="listener",
-                )
-                clients = [listeners[0].connect() for _ in range(2)]
-                await trio.testing.wait_all_tasks_blocked()
-                await connections.shutdown(grace=1)
-                server.cancel_scope.cancel()
+        async with (
+            open_bundle(name="server") as server,
+            open_bundle(name="connections") as connections,
+        ):
+            server.start_soon(
+                functools.partial(
+                    trio.serve_listeners,
+                    handle_client,
+                    listeners,
+                    handler_nursery=connections,
+                ),
+                name="listener",
+            )
+            clients = [listeners[0].connect() for _ in range(2)]
+            await trio.testing.wait_all_tasks_blocked()
+            await connections.shutdown(grace=1)
+            server.cancel_scope.cancel()
     assert len(clients) == 2
     assert [row.name for row in rows(trace.events)] == [
         "connections #1",
@@ -305,7 +313,9 @@ def test_arguments_are_checked_at_the_call():
         plot_timeline(5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^title must be a string or None, not 5$"):
         plot_timeline(trace, title=5)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"^ax must be a matplotlib Axes or None, not 5$"):
+    with pytest.raises(
+        TypeError, match=r"^ax must be a matplotlib Axes or None, not 5$"
+    ):
         plot_timeline(trace, ax=5)  # type: ignore[arg-type]
     assert plt.get_fignums() == []
 

@@ -366,7 +366,9 @@ async def test_a_hook_that_cannot_be_called_is_refused_at_once():
     ]
     with pytest.raises(TypeError, match=r"^kind must be a TraceKind, not 'x'$"):
         trace.of_kind("x")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"^task must be a task path \(a string\), not 1$"):
+    with pytest.raises(
+        TypeError, match=r"^task must be a task path \(a string\), not 1$"
+    ):
         trace.of_task(1)  # type: ignore[arg-type]
 
 
@@ -478,7 +480,9 @@ def test_a_report_made_outside_a_run_has_no_wall_clock():
     assert CancelReport.from_json(report.to_json()) == report
     with pytest.raises(ValueError, match=r"^outcome must be one of \['finished', "):
         ChildEnd.from_dict({**data["children"][0], "outcome": None})
-    with pytest.raises(ValueError, match=r"^notes must be a list of strings, not \[1\]$"):
+    with pytest.raises(
+        ValueError, match=r"^notes must be a list of strings, not \[1\]$"
+    ):
         ChildEnd.from_dict({**data["children"][0], "notes": [1]})
 
 

@@ -28,16 +28,16 @@ from ._lifecycle import (
     StateUnreachableError as StateUnreachableError,
 )
 from ._process import run_process as run_process
+from ._recording import (
+    Trace as Trace,
+    plot_timeline as plot_timeline,
+    record_trace as record_trace,
+)
 from ._report import (
     BundleStatistics as BundleStatistics,
     CancelReport as CancelReport,
     ChildEnd as ChildEnd,
     ChildOutcome as ChildOutcome,
-)
-from ._recording import (
-    Trace as Trace,
-    plot_timeline as plot_timeline,
-    record_trace as record_trace,
 )
 from ._runner import (
     Runner as Runner,

@@ -1,4 +1,4 @@
-"""Trace events in the Chrome trace-event format, which Perfetto and chrome://tracing open.
+"""Trace events in the Chrome trace-event format, for Perfetto and chrome://tracing.
 
 The format is JSON: ``{"traceEvents": [...]}``, each event with a name, a
 phase (``ph``), a time stamp ``ts`` in microseconds, a process id and a
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._report import float_to_json
+from ._jsonform import float_to_json
 from ._timeline import rows
 from ._trace import TraceEvent, TraceKind
 
@@ -69,7 +69,11 @@ def chrome_trace(
                     "dur": (end - start) * 1e6,
                     "pid": pid,
                     "tid": tids[row.path],
-                    "args": {"path": row.path, "bundle": row.bundle, "outcome": outcome},
+                    "args": {
+                        "path": row.path,
+                        "bundle": row.bundle,
+                        "outcome": outcome,
+                    },
                 }
             )
     for event in events:

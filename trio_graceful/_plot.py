@@ -1,4 +1,4 @@
-"""Drawing recorded trace events as a timeline (needs matplotlib, the ``plot`` extra)."""
+"""Drawing recorded trace events as a timeline (needs matplotlib, the plot extra)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._jsonform import check_type
 from ._report import ChildOutcome
 from ._timeline import place_labels, rows
 from ._trace import TraceEvent, TraceKind
@@ -79,8 +80,7 @@ def draw_timeline(
         raise ImportError(
             'plot_timeline needs matplotlib: pip install "trio-graceful[plot]"'
         ) from exc
-    if ax is not None and not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes or None, not {ax!r}")
+    check_type("ax", ax, (Axes, type(None)), "a matplotlib Axes or None")
 
     t0 = events[0].time
     t_end = events[-1].time - t0
@@ -142,7 +142,9 @@ def draw_timeline(
     return ax
 
 
-def _label_lines(draw: Any, lines: list[tuple[float, str, str]], *, x_max: float) -> int:
+def _label_lines(
+    draw: Any, lines: list[tuple[float, str, str]], *, x_max: float
+) -> int:
     """Draw the vertical lines, label them above the axes; return the lanes used.
 
     Positions are worked out in points from the axes' size, before anything

@@ -23,13 +23,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._chrome import chrome_trace
-from ._plot import draw_timeline
-from ._report import (
+from ._jsonform import (
+    check_indent,
     check_mapping,
+    check_type,
     current_wall_clock_offset,
+    list_from_json,
     load_json_object,
     optional_float_from_json,
 )
+from ._plot import draw_timeline
 from ._trace import TraceEvent, TraceKind, add_trace_hook, remove_trace_hook
 from ._util import check_name
 
@@ -63,8 +66,7 @@ class Trace:
         Raises:
             TypeError: if ``kind`` is not a `TraceKind`.
         """
-        if not isinstance(kind, TraceKind):
-            raise TypeError(f"kind must be a TraceKind, not {kind!r}")
+        check_type("kind", kind, (TraceKind,), "a TraceKind")
         return [e for e in self.events if e.kind is kind]
 
     def of_task(self, task: str) -> list[TraceEvent]:
@@ -73,8 +75,7 @@ class Trace:
         Raises:
             TypeError: if ``task`` is not a string.
         """
-        if not isinstance(task, str):
-            raise TypeError(f"task must be a task path (a string), not {task!r}")
+        check_type("task", task, (str,), "a task path (a string)")
         return [e for e in self.events if e.task == task]
 
     def plot(self, *, ax: Axes | None = None, title: str | None = None) -> Axes:
@@ -103,7 +104,7 @@ class Trace:
         Raises:
             TypeError: if ``indent`` is not an int or None.
         """
-        _check_indent(indent)
+        check_indent(indent)
         return json.dumps(self.as_dict(), indent=indent, allow_nan=False)
 
     @classmethod
@@ -115,11 +116,8 @@ class Trace:
             ValueError: if a field is missing or holds the wrong kind of value.
         """
         data = check_mapping(data, "data")
-        events = data.get("events")
-        if not isinstance(events, list):
-            raise ValueError(f"events must be a list, not {events!r}")
         return cls(
-            [TraceEvent.from_dict(e) for e in events],  # pyright: ignore[reportUnknownVariableType]
+            [TraceEvent.from_dict(e) for e in list_from_json(data, "events")],
             optional_float_from_json(data, "wall_clock_offset"),
         )
 
@@ -154,21 +152,14 @@ class Trace:
             TypeError: if ``pid`` is not an int or None, or ``process_name``
                 is not a string.
         """
-        if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)):
-            raise TypeError(f"pid must be an int or None, not {pid!r}")
-        if not isinstance(process_name, str):
-            raise TypeError(f"process_name must be a string, not {process_name!r}")
+        check_type("pid", pid, (int, type(None)), "an int or None")
+        check_type("process_name", process_name, (str,), "a string")
         return chrome_trace(
             self.events,
             wall_clock_offset=self.wall_clock_offset,
             pid=os.getpid() if pid is None else pid,
             process_name=process_name,
         )
-
-
-def _check_indent(indent: object) -> None:
-    if indent is not None and (isinstance(indent, bool) or not isinstance(indent, int)):
-        raise TypeError(f"indent must be an int or None, not {indent!r}")
 
 
 def plot_timeline(
@@ -208,8 +199,7 @@ def plot_timeline(
             ``title`` not a string.
         ValueError: if the trace holds no events.
     """
-    if not isinstance(trace, Trace):
-        raise TypeError(f"trace must be a Trace from record_trace(), not {trace!r}")
+    check_type("trace", trace, (Trace,), "a Trace from record_trace()")
     return trace.plot(ax=ax, title=title)
 
 

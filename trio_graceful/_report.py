@@ -12,13 +12,25 @@ from __future__ import annotations
 
 import enum
 import json
-import math
-import time
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
-import trio
+
+from ._jsonform import (
+    check_indent,
+    check_mapping,
+    current_wall_clock_offset,
+    enum_from_json,
+    float_from_json,
+    float_to_json,
+    list_from_json,
+    load_json_object,
+    optional_float_from_json,
+    str_from_json,
+    strings_from_json,
+    wall,
+)
 
 
 class ChildOutcome(enum.Enum):
@@ -32,92 +44,6 @@ class ChildOutcome(enum.Enum):
 
     RAISED = "raised"
     """The child raised an exception other than `trio.Cancelled`."""
-
-
-def current_wall_clock_offset() -> float | None:
-    """Return what to add to a Trio time to get a wall-clock time, now.
-
-    `None` outside a Trio run, where there is no Trio clock.
-    """
-    try:
-        now = trio.current_time()
-    except RuntimeError:
-        return None
-    return time.time() - now
-
-
-def float_to_json(value: float) -> float | str:
-    """JSON has no infinity: infinite deadlines and graces are ``"inf"``."""
-    return "inf" if value == math.inf else value
-
-
-def float_from_json(data: Mapping[str, Any], key: str) -> float:
-    """Read a float written by `float_to_json`.
-
-    Raises:
-        ValueError: if the key is missing or does not hold a number.
-    """
-    value = data.get(key)
-    if value == "inf":
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{key} must be a number or 'inf', not {value!r}")
-    return float(value)
-
-
-def optional_float_from_json(data: Mapping[str, Any], key: str) -> float | None:
-    """Like `float_from_json`, where `None` (JSON ``null``) is allowed too."""
-    return None if data.get(key) is None else float_from_json(data, key)
-
-
-def str_from_json(data: Mapping[str, Any], key: str, *, optional: bool) -> str | None:
-    """Read a string (or `None` if ``optional``) from decoded JSON.
-
-    Raises:
-        ValueError: if it is missing or of another type.
-    """
-    value = data.get(key)
-    if (value is None and optional) or isinstance(value, str):
-        return value
-    raise ValueError(f"{key} must be a string, not {value!r}")
-
-
-E = TypeVar("E", bound=enum.Enum)
-
-
-def enum_from_json(kind: type[E], data: Mapping[str, Any], key: str) -> E:
-    """Read an enum member written as its value.
-
-    Raises:
-        ValueError: if the value is not one of the members' values.
-    """
-    value = data.get(key)
-    for member in kind:
-        if member.value == value:
-            return member
-    raise ValueError(
-        f"{key} must be one of {[m.value for m in kind]}, not {value!r}"
-    )
-
-
-def check_mapping(data: object, what: str) -> Mapping[str, Any]:
-    """Return ``data`` if it is a mapping (a decoded JSON object).
-
-    Raises:
-        TypeError: if it is not.
-    """
-    if not isinstance(data, Mapping):
-        raise TypeError(
-            f"{what} must be a mapping decoded from JSON, not {data!r}"
-        )
-    return data  # pyright: ignore[reportUnknownVariableType]
-
-
-def wall(value: float | None, offset: float | None) -> float | str | None:
-    """The wall-clock time of a Trio time, for JSON; None if either is unknown."""
-    if value is None or offset is None:
-        return None
-    return float_to_json(value + offset)
 
 
 @attrs.frozen
@@ -180,16 +106,9 @@ class ChildEnd:
             ended_at=float_from_json(data, "ended_at"),
             elapsed=float_from_json(data, "elapsed"),
             error=str_from_json(data, "error", optional=True),
-            abandoned=_strings(data, "abandoned"),
-            notes=_strings(data, "notes"),
+            abandoned=strings_from_json(data, "abandoned"),
+            notes=strings_from_json(data, "notes"),
         )
-
-
-def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):  # pyright: ignore[reportUnknownVariableType]
-        raise ValueError(f"{key} must be a list of strings, not {value!r}")
-    return tuple(value)  # pyright: ignore[reportUnknownArgumentType]
 
 
 @attrs.frozen
@@ -261,10 +180,7 @@ class CancelReport:
         Raises:
             TypeError: if ``indent`` is not an int or None.
         """
-        if indent is not None and (
-            isinstance(indent, bool) or not isinstance(indent, int)
-        ):
-            raise TypeError(f"indent must be an int or None, not {indent!r}")
+        check_indent(indent)
         return json.dumps(self.as_dict(), indent=indent, allow_nan=False)
 
     @classmethod
@@ -278,16 +194,15 @@ class CancelReport:
             ValueError: if a field is missing or holds the wrong kind of value.
         """
         data = check_mapping(data, "data")
-        children = data.get("children")
-        if not isinstance(children, list):
-            raise ValueError(f"children must be a list, not {children!r}")
         return cls(
             bundle=str_from_json(data, "bundle", optional=False) or "",
             started_at=float_from_json(data, "started_at"),
             finished_at=float_from_json(data, "finished_at"),
             hard_deadline=float_from_json(data, "hard_deadline"),
             hard_cancelled_at=optional_float_from_json(data, "hard_cancelled_at"),
-            children=tuple(ChildEnd.from_dict(c) for c in children),  # pyright: ignore[reportUnknownVariableType]
+            children=tuple(
+                ChildEnd.from_dict(c) for c in list_from_json(data, "children")
+            ),
             wall_clock_offset=optional_float_from_json(data, "wall_clock_offset"),
         )
 
@@ -330,21 +245,6 @@ class CancelReport:
             + (f"{len(self.abandoned)} abandoned, " if self.abandoned else "")
             + f"in {self.elapsed:.3f} s"
         )
-
-
-def load_json_object(text: object) -> Mapping[str, Any]:
-    """Decode JSON text that must hold an object.
-
-    Raises:
-        TypeError: if ``text`` is not a str or bytes.
-        ValueError: if it is not valid JSON, or not an object.
-    """
-    if not isinstance(text, (str, bytes)):
-        raise TypeError(f"text must be a str or bytes, not {text!r}")
-    data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"text must hold a JSON object, not {data!r}")
-    return data  # pyright: ignore[reportUnknownVariableType]
 
 
 @attrs.frozen

@@ -115,7 +115,7 @@ def place_labels(
         right = left + width
         lane = 0
         while lane < len(ends) and any(
-            left < r + gap and l < right + gap for l, r in ends[lane]
+            left < end + gap and begin < right + gap for begin, end in ends[lane]
         ):
             lane += 1
         if lane == len(ends):

@@ -23,9 +23,7 @@ from typing import Any
 import attrs
 import trio
 
-from ._log import logger as logger  # re-exported for the bundle module
-from ._report import (
-    ChildOutcome,
+from ._jsonform import (
     check_mapping,
     enum_from_json,
     float_from_json,
@@ -34,6 +32,8 @@ from ._report import (
     str_from_json,
     wall,
 )
+from ._log import logger as logger  # re-exported for the bundle module
+from ._report import ChildOutcome
 
 
 class TraceKind(enum.Enum):
@@ -114,8 +114,9 @@ class TraceEvent:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TraceEvent:
-        """Rebuild an event from `as_dict`'s output; wall-clock times are derived
-        and not read back.
+        """Rebuild an event from `as_dict`'s output.
+
+        Wall-clock times are derived, so they are not read back.
 
         Raises:
             TypeError: if ``data`` is not a mapping.
@@ -130,7 +131,11 @@ class TraceEvent:
             task=str_from_json(data, "task", optional=True),
             grace=optional_float_from_json(data, "grace"),
             deadline=optional_float_from_json(data, "deadline"),
-            outcome=None if outcome is None else enum_from_json(ChildOutcome, data, "outcome"),
+            outcome=(
+                None
+                if outcome is None
+                else enum_from_json(ChildOutcome, data, "outcome")
+            ),
             detail=str_from_json(data, "detail", optional=True),
         )
 
@@ -172,7 +177,7 @@ def add_trace_hook(hook: TraceHook) -> None:
         TypeError: if ``hook`` is not callable.
         RuntimeError: if called outside a Trio run.
     """
-    if not callable(hook):
+    if not callable(hook):  # pyright: ignore[reportUnnecessaryComparison]
         raise TypeError(f"hook must be a callable taking a TraceEvent, not {hook!r}")
     _run_hooks().append(hook)
     tracing.active += 1
