@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import trio
 
@@ -123,10 +123,13 @@ def list_from_json(data: Mapping[str, Any], key: str) -> list[Any]:
         ValueError: if it is missing or not a list.
     """
     value: object = data.get(key)
-    if not isinstance(value, list):
+    if not _is_list(value):
         raise ValueError(f"{key} must be a list, not {value!r}")
-    items: list[Any] = value
-    return items
+    return value
+
+
+def _is_list(value: object) -> TypeGuard[list[Any]]:
+    return isinstance(value, list)
 
 
 def strings_from_json(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
