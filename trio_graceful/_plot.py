@@ -106,7 +106,7 @@ def draw_timeline(
     t_end = max([t_end, *(at for at, _, _ in lines)])
     x_max = t_end * 1.2 if t_end > 0 else 1
     draw.set_xlim(0, x_max)
-    draw.set_ylim(len(timeline) - 0.5, -0.5)
+    draw.set_ylim(max(len(timeline), 1) - 0.5, -0.5)
     lanes = _label_lines(draw, lines, x_max=x_max)
     if created:
         # room above the axes for the lanes of line labels

@@ -177,19 +177,25 @@ def add_trace_hook(hook: TraceHook) -> None:
         TypeError: if ``hook`` is not callable.
         RuntimeError: if called outside a Trio run.
     """
-    if not callable(hook):  # pyright: ignore[reportUnnecessaryComparison]
-        raise TypeError(f"hook must be a callable taking a TraceEvent, not {hook!r}")
+    _check_hook(hook)
     _run_hooks().append(hook)
     tracing.active += 1
+
+
+def _check_hook(hook: object) -> None:
+    if not callable(hook):
+        raise TypeError(f"hook must be a callable taking a TraceEvent, not {hook!r}")
 
 
 def remove_trace_hook(hook: TraceHook) -> None:
     """Stop calling ``hook``. Not a checkpoint.
 
     Raises:
+        TypeError: if ``hook`` is not callable.
         KeyError: if ``hook`` is not installed in the current run.
         RuntimeError: if called outside a Trio run.
     """
+    _check_hook(hook)
     hooks = _run_hooks()
     if hook not in hooks:
         raise KeyError(f"trace hook {hook!r} is not installed in this run")
