@@ -6,13 +6,16 @@ The recorded trace, drawn as a timeline, shows the quick requests finishing,
 the slow ones hard-cancelled when the *server's* deadline strikes, and the
 connections' own 20 s deadlines still ahead, never reached.
 
-Run it (on a virtual clock: instant) to get ``nested_shutdown.png``::
+Run it (on a virtual clock: instant) to get ``nested_shutdown.png``, and
+``nested_shutdown.json`` to open at https://ui.perfetto.dev::
 
     python examples/plot_nested_shutdown.py
 
 Needs the ``plot`` extra (matplotlib). Try: give the connections a 5 s grace
 and watch their hard cancels come first.
 """
+
+import json
 
 import trio
 import trio.testing
@@ -44,13 +47,20 @@ async def main(request_grace=20):
     return trace
 
 
-def draw(request_grace=20):
-    trace = trio.run(
+def record(request_grace=20):
+    return trio.run(
         main, request_grace, clock=trio.testing.MockClock(autojump_threshold=0)
     )
-    return trace.plot(title="server grace 10 s, request grace 20 s")
+
+
+def draw(request_grace=20):
+    return record(request_grace).plot(title="server grace 10 s, request grace 20 s")
 
 
 if __name__ == "__main__":
-    draw().figure.savefig("nested_shutdown.png", dpi=100, bbox_inches="tight")
-    print("wrote nested_shutdown.png")
+    trace = record()
+    ax = trace.plot(title="server grace 10 s, request grace 20 s")
+    ax.figure.savefig("nested_shutdown.png", dpi=100, bbox_inches="tight")
+    with open("nested_shutdown.json", "w") as file:
+        json.dump(trace.to_chrome_trace(process_name="nested shutdown"), file)
+    print("wrote nested_shutdown.png and nested_shutdown.json")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import subprocess
 import sys
 
@@ -334,8 +335,11 @@ def test_the_plot_example_runs(tmp_path):
         timeout=120,
         check=True,
     )
-    assert result.stdout == "wrote nested_shutdown.png\n"
+    assert result.stdout == "wrote nested_shutdown.png and nested_shutdown.json\n"
     assert (tmp_path / "nested_shutdown.png").read_bytes().startswith(b"\x89PNG")
+    chrome = json.loads((tmp_path / "nested_shutdown.json").read_text())
+    lives = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
+    assert len(lives) == 3 + 9 + 1  # connections, requests, flush
 
 
 def test_the_plot_example_shows_which_deadline_won():
