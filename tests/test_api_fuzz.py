@@ -228,34 +228,52 @@ def in_child(method: str) -> Callable[[object, Bundle], Awaitable[None]]:
     return call
 
 
-def thread_call(**kwargs: object) -> Callable[[object, Bundle], Awaitable[object]]:
+def child_call(
+    fn: Callable[..., Awaitable[object]], first: object, argument: str
+) -> Callable[[object, Bundle], Awaitable[object]]:
+    """Call ``fn(first, bundle=bundle)`` with ``argument`` replaced by the value.
+
+    ``argument`` is a keyword, or ``"first"`` for the positional one.
+    """
+
     def call(value: object, bundle: Bundle) -> Awaitable[object]:
-        arguments: dict[str, object] = {"sync_fn": sync_function, "bundle": bundle}
-        arguments.update(dict.fromkeys(kwargs, value))
-        sync_fn = arguments.pop("sync_fn")
-        return run_in_thread(sync_fn, **arguments)  # type: ignore[arg-type, call-overload, misc]
+        arguments: dict[str, object] = {"first": first, "bundle": bundle}
+        arguments[argument] = value
+        return fn(arguments.pop("first"), **arguments)
 
     return call
 
 
-def process_call(**kwargs: object) -> Callable[[object, Bundle], Awaitable[object]]:
-    def call(value: object, bundle: Bundle) -> Awaitable[object]:
-        arguments: dict[str, object] = {"command": ["true"], "bundle": bundle}
-        arguments.update(dict.fromkeys(kwargs, value))
-        command = arguments.pop("command")
-        return run_process(command, **arguments)  # type: ignore[arg-type, call-overload, misc]
+def child_cases(
+    fn: Callable[..., Awaitable[object]],
+    first: tuple[str, object, st.SearchStrategy[object], Callable[[object], bool]],
+    keywords: dict[str, Callable[[object], bool]],
+) -> dict[str, Case]:
+    """Cases for a function that runs other work as a child of a bundle.
 
-    return call
-
-
-def asyncio_call(**kwargs: object) -> Callable[[object, Bundle], Awaitable[object]]:
-    def call(value: object, bundle: Bundle) -> Awaitable[object]:
-        arguments: dict[str, object] = {"aio_fn": async_function, "bundle": bundle}
-        arguments.update(dict.fromkeys(kwargs, value))
-        aio_fn = arguments.pop("aio_fn")
-        return run_asyncio(aio_fn, **arguments)  # type: ignore[arg-type, call-overload, misc]
-
-    return call
+    Only values it must refuse are fed, from a child of the bundle: accepting
+    one would start a thread, a process or an asyncio task.
+    """
+    name, default, values, valid = first
+    cases = {
+        f"{fn.__name__}/{name}": Case(
+            name,
+            child_call(fn, default, "first"),
+            valid,
+            values=values,
+            only_invalid=True,
+            from_child=True,
+        )
+    }
+    for argument, is_valid in keywords.items():
+        cases[f"{fn.__name__}/{argument}"] = Case(
+            argument,
+            child_call(fn, default, argument),
+            is_valid,
+            only_invalid=True,
+            from_child=True,
+        )
+    return cases
 
 
 def not_callable_or(*also: object) -> st.SearchStrategy[object]:
@@ -369,67 +387,35 @@ CASES: dict[str, Case] = {
             "second_signal": lambda v: isinstance(v, str) and v in ("force", "exit"),
         }.items()
     },
-    "run_in_thread/sync_fn": Case(
-        "sync_fn",
-        thread_call(sync_fn=None),
-        lambda v: False,
-        values=not_callable_or(async_function),
-        only_invalid=True,
-        from_child=True,
-    ),
-    **{
-        f"run_in_thread/{argument}": Case(
-            argument,
-            thread_call(**{argument: None}),
-            valid,
-            only_invalid=True,
-            from_child=True,
-        )
-        for argument, valid in {
+    **child_cases(
+        run_in_thread,
+        ("sync_fn", sync_function, not_callable_or(async_function), callable),
+        {
             "bundle": instance_or_none(Bundle),
             "name": is_str_or_none,
             "budget": instance_or_none(ThreadBudget),
             "gate": instance_or_none(AdmissionGate),
-        }.items()
-    },
-    **{
-        f"run_process/{argument}": Case(
-            argument,
-            process_call(**{argument: None}),
-            valid,
-            only_invalid=True,
-            from_child=True,
-        )
-        for argument, valid in {
+        },
+    ),
+    **child_cases(
+        run_process,
+        ("command", ["true"], ARBITRARY, is_command),
+        {
             "bundle": instance_or_none(Bundle),
-            "command": is_command,
             "stop_signal": is_signal,
             "capture_stdout": lambda v: isinstance(v, bool),
             "capture_stderr": lambda v: isinstance(v, bool),
             "check": lambda v: isinstance(v, bool),
-        }.items()
-    },
-    "run_asyncio/aio_fn": Case(
-        "aio_fn",
-        asyncio_call(aio_fn=None),
-        lambda v: False,
-        values=not_callable_or(sync_function),
-        only_invalid=True,
-        from_child=True,
+        },
     ),
-    **{
-        f"run_asyncio/{argument}": Case(
-            argument,
-            asyncio_call(**{argument: None}),
-            valid,
-            only_invalid=True,
-            from_child=True,
-        )
-        for argument, valid in {
+    **child_cases(
+        run_asyncio,
+        ("aio_fn", async_function, not_callable_or(sync_function), callable),
+        {
             "bundle": instance_or_none(Bundle),
             "inbox": instance_or_none(InboxReceiver),
-        }.items()
-    },
+        },
+    ),
 }
 
 # Cases that fail today because a fix belongs to another part of the library

@@ -29,9 +29,14 @@ def check_type(
         raise TypeError(f"{argument} must be {what}, not {value!r}")
 
 
-def check_indent(indent: object) -> None:
-    """Check the ``indent`` of a ``to_json`` call."""
+def dump_json(data: Mapping[str, Any], indent: object) -> str:
+    """Return strict JSON text (no NaN, no infinity) for a ``to_json`` call.
+
+    Raises:
+        TypeError: if ``indent`` is not an int or None.
+    """
     check_type("indent", indent, (int, type(None)), "an int or None")
+    return json.dumps(data, indent=indent, allow_nan=False)  # type: ignore[arg-type]
 
 
 def current_wall_clock_offset() -> float | None:

@@ -14,7 +14,6 @@ placed so that the start of the recording is the real moment it started.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
@@ -24,10 +23,10 @@ import attrs
 
 from ._chrome import chrome_trace
 from ._jsonform import (
-    check_indent,
     check_mapping,
     check_type,
     current_wall_clock_offset,
+    dump_json,
     list_from_json,
     load_json_object,
     optional_float_from_json,
@@ -104,8 +103,7 @@ class Trace:
         Raises:
             TypeError: if ``indent`` is not an int or None.
         """
-        check_indent(indent)
-        return json.dumps(self.as_dict(), indent=indent, allow_nan=False)
+        return dump_json(self.as_dict(), indent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trace:

@@ -11,16 +11,15 @@ ones, placed so that the report's end is the real moment it was made.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from ._jsonform import (
-    check_indent,
     check_mapping,
     current_wall_clock_offset,
+    dump_json,
     enum_from_json,
     float_from_json,
     float_to_json,
@@ -180,8 +179,7 @@ class CancelReport:
         Raises:
             TypeError: if ``indent`` is not an int or None.
         """
-        check_indent(indent)
-        return json.dumps(self.as_dict(), indent=indent, allow_nan=False)
+        return dump_json(self.as_dict(), indent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CancelReport:
