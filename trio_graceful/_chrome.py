@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._jsonform import float_to_json
-from ._timeline import rows
+from ._timeline import row_name, rows
 from ._trace import TraceEvent, TraceKind
 
 _BUNDLES_TID = 0
@@ -43,7 +43,7 @@ def chrome_trace(
     for event in events:
         if event.task is not None and event.task not in tids:
             tids[event.task] = len(tids) + 1
-            names[event.task] = event.task
+            names[event.task] = row_name(event.task, "")
     out: list[dict[str, Any]] = [
         _meta("process_name", pid, _BUNDLES_TID, {"name": process_name}),
         _meta("thread_name", pid, _BUNDLES_TID, {"name": "bundles"}),
