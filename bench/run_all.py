@@ -45,6 +45,7 @@ BENCHMARKS = {
     "stop_fanout": "bench_stop_fanout",
     "nested_shutdown": "bench_nested_shutdown",
     "websocket_drain": "bench_websocket_drain",
+    "instructions": "bench_instructions",
 }
 
 

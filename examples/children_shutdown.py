@@ -60,10 +60,8 @@ def copy_chunks(stop_flag: trio_graceful.StopFlag, chunks: int) -> int:
     return copied
 
 
-async def copier(bundle: trio_graceful.Bundle) -> None:
-    copied = await trio_graceful.run_in_thread(
-        bundle, copy_chunks, 100_000, name="copy-thread"
-    )
+async def copier() -> None:
+    copied = await trio_graceful.run_in_thread(copy_chunks, 100_000, name="copy-thread")
     print(f"copier: stopped after {copied} chunks")
 
 
@@ -92,7 +90,8 @@ async def client(port: int, *, task_status: trio.TaskStatus[None]) -> None:
         try:
             await ws.get_message()
         except trio_websocket.ConnectionClosed as exc:
-            print(f"client: closed by the server with {exc.reason.code}")
+            code = None if exc.reason is None else exc.reason.code
+            print(f"client: closed by the server with {code}")
 
 
 async def read_line(stream: trio.abc.ReceiveStream) -> str:
@@ -108,17 +107,16 @@ async def main(grace: float = 5) -> trio_graceful.CancelReport:
         trio.open_nursery() as clients,
         trio_graceful.open_bundle(name="service") as bundle,
     ):
-        bundle.start_soon(copier, bundle, name="copier")
+        bundle.start_soon(copier, name="copier")
         helper = await bundle.start(
             functools.partial(trio_graceful.run_process, stdout=subprocess.PIPE),
-            bundle,
             [sys.executable, "-c", HELPER_SCRIPT],
             name="helper",
         )
         assert helper.stdout is not None
         print(await read_line(helper.stdout))
         port = await bundle.start(
-            trio_graceful.run_asyncio, bundle, websocket_server, name="websockets"
+            trio_graceful.run_asyncio, websocket_server, name="websockets"
         )
         await clients.start(client, port)
 

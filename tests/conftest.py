@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Deterministic by default: the same examples on every run and every machine.
@@ -20,3 +23,22 @@ settings.register_profile(
     max_examples=2000,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def sigint_not_ignored() -> Iterator[None]:
+    """Let the programs a test starts inherit SIGINT as Python would have it.
+
+    A test run started in the background by a non-interactive shell (``pytest
+    &`` in a script) has SIGINT ignored, and its children inherit that; a
+    program run by trio_graceful.run then rightly keeps SIGINT ignored, and a
+    test that sends it SIGINT would wait in vain.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, previous)

@@ -70,7 +70,7 @@ async def test_websockets_server_shuts_down_gracefully_on_stop():
         with trio.fail_after(30):  # a safety net; the test takes milliseconds
             async with open_bundle(name="aio-server") as bundle:
                 port = await bundle.start(
-                    run_asyncio, bundle, websocket_server, name="websockets"
+                    run_asyncio, websocket_server, name="websockets"
                 )
                 for name in ("ann", "bob", "cyd"):
                     await clients.start(client, port, name)
@@ -96,7 +96,7 @@ async def test_websockets_server_that_ignores_stop_is_bounded_by_the_grace():
 
     closes: list[int] = []
     async with trio_asyncio.open_loop(), open_bundle() as bundle:
-        port = await bundle.start(run_asyncio, bundle, deaf_server)
+        port = await bundle.start(run_asyncio, deaf_server)
         async with connect(port) as ws:
             await ws.send_message("hi")
             assert await ws.get_message() == "echo: hi"

@@ -31,6 +31,7 @@ BENCHMARKS = [
     "stop_fanout",
     "nested_shutdown",
     "websocket_drain",
+    "instructions",
 ]
 
 try:

@@ -252,6 +252,8 @@ def test_bad_descriptors():
         open_stdin_lines(fd="0")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^fd must be an int, not True$"):
         open_stdin_lines(fd=True)
+    with pytest.raises(ValueError, match=r"^fd must be < 2147483648, not 8589934592$"):
+        open_stdin_lines(fd=2**33)
     with pytest.raises(ValueError, match=r"^fd must be >= 0, not -1$"):
         open_stdin_lines(fd=-1)
     read_end, write_end = os.pipe()

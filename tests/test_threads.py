@@ -10,6 +10,8 @@ the remaining threads are blocked for good.
 from __future__ import annotations
 
 import functools
+import math
+import re
 import threading
 
 import pytest
@@ -64,7 +66,7 @@ async def test_cooperative_thread_finishes_inside_the_grace(mock_clock):
         return f"copied {copied} of {len(names)}"
 
     async def child() -> None:
-        results.append(await run_in_thread(bundle, copy_files, ["a", "b"]))
+        results.append(await run_in_thread(copy_files, ["a", "b"]))
 
     t0 = trio.current_time()
     async with open_bundle(name="files") as bundle:
@@ -93,7 +95,7 @@ async def test_flag_is_clear_until_stop_reaches_the_child(mock_clock):
         before.append(flag.is_set())
 
     async with open_bundle() as bundle:
-        bundle.start_soon(run_in_thread, bundle, work)
+        bundle.start_soon(run_in_thread, work)
         await running.wait()
         # The thread ends on its own, before any STOP.
         release.set()
@@ -110,7 +112,7 @@ async def test_flag_is_set_at_once_for_a_thread_started_during_shutdown(mock_clo
         _, inbox = bundle.open_inbox()
         assert await inbox.receive() is STOP
         # Work handed to a thread after the shutdown began is told at once.
-        bundle.start_soon(run_in_thread, bundle, look)
+        bundle.start_soon(run_in_thread, look)
 
     async with open_bundle() as bundle:
         bundle.start_soon(dispatcher)
@@ -130,7 +132,7 @@ async def test_flag_repr_and_wait_timeout():
     async with open_bundle() as bundle:
 
         async def child() -> None:
-            assert await run_in_thread(bundle, keep) is False
+            assert await run_in_thread(keep) is False
 
         bundle.start_soon(child)
     (flag,) = flags
@@ -139,6 +141,47 @@ async def test_flag_repr_and_wait_timeout():
         TypeError, match=r"^trio_graceful.StopFlag has no public constructor$"
     ):
         StopFlag(threading.Event())  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error", "message"),
+    [
+        ("1", TypeError, r"^timeout must be a number of seconds, not str '1'$"),
+        (True, TypeError, r"^timeout must be a number of seconds, not bool True$"),
+        (-1, ValueError, r"^timeout must be >= 0, not -1$"),
+        (math.nan, ValueError, r"^timeout must be >= 0, not nan$"),
+    ],
+)
+async def test_flag_wait_refuses_bad_timeouts(timeout, error, message):
+    errors: list[BaseException] = []
+
+    def wait_badly(flag: StopFlag) -> None:
+        try:
+            flag.wait(timeout)
+        except Exception as exc:
+            errors.append(exc)
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(run_in_thread, wait_badly)
+    (exc,) = errors
+    assert isinstance(exc, error)
+    assert re.fullmatch(message.strip("^$"), str(exc))
+
+
+@pytest.mark.parametrize("timeout", [math.inf, 1e300])
+async def test_flag_wait_with_an_endless_timeout_waits_for_stop(mock_clock, timeout):
+    waiting = trio.Event()
+    results: list[bool] = []
+
+    def wait_long(flag: StopFlag) -> None:
+        reached(waiting)
+        results.append(flag.wait(timeout))
+
+    async with open_bundle() as bundle:
+        bundle.start_soon(run_in_thread, wait_long)
+        await waiting.wait()
+        await bundle.shutdown(grace=10)
+    assert results == [True]
 
 
 # -- hard: abandoned at the deadline, and reported ------------------------------
@@ -160,7 +203,6 @@ async def test_thread_that_ignores_the_flag_is_abandoned_at_the_deadline(mock_cl
     async with open_bundle(name="svc") as bundle:
         bundle.start_soon(
             functools.partial(run_in_thread, name="stubborn", budget=budget),
-            bundle,
             stubborn,
             name="blocking-call",
         )
@@ -212,9 +254,7 @@ async def test_hard_cancel_without_stop_sets_the_flag_when_abandoning(mock_clock
         flag_states.append(flag.is_set())
 
     async with open_bundle() as bundle:
-        bundle.start_soon(
-            functools.partial(run_in_thread, budget=budget), bundle, stubborn
-        )
+        bundle.start_soon(functools.partial(run_in_thread, budget=budget), stubborn)
         await running.wait()
         mock_clock.autojump_threshold = 0
         report = await bundle.cancel(grace=3)  # no STOP: just a deadline
@@ -241,9 +281,7 @@ async def test_abandoned_thread_sees_check_cancelled_raise(mock_clock):
 
     budget = ThreadBudget(1)
     async with open_bundle() as bundle:
-        bundle.start_soon(
-            functools.partial(run_in_thread, budget=budget), bundle, stubborn
-        )
+        bundle.start_soon(functools.partial(run_in_thread, budget=budget), stubborn)
         await running.wait()
         mock_clock.autojump_threshold = 0
         await bundle.cancel(grace=1)
@@ -269,14 +307,12 @@ async def test_cancelled_while_waiting_for_a_token_abandons_nothing(mock_clock):
     async with open_bundle() as bundle:
         bundle.start_soon(
             functools.partial(run_in_thread, budget=budget),
-            bundle,
             stubborn,
             name="holder",
         )
         await running.wait()
         bundle.start_soon(
             functools.partial(run_in_thread, budget=budget),
-            bundle,
             never,
             name="queued",
         )
@@ -307,7 +343,7 @@ async def test_a_caller_cancelled_from_outside_sees_a_plain_cancelled(mock_clock
 
     async def child() -> None:
         try:
-            await run_in_thread(bundle, stubborn, budget=budget)
+            await run_in_thread(stubborn, budget=budget)
         except BaseException as exc:
             caught.append(exc)
             raise
@@ -331,7 +367,7 @@ async def test_result_and_arguments_pass_through():
         return a + b
 
     async def child() -> None:
-        results.append(await run_in_thread(bundle, add, 2, 3))
+        results.append(await run_in_thread(add, 2, 3))
 
     async with open_bundle() as bundle:
         bundle.start_soon(child)
@@ -344,7 +380,7 @@ async def test_thread_exception_fails_the_child_like_a_trio_exception():
 
     async def body() -> None:
         async with open_bundle() as bundle:
-            bundle.start_soon(run_in_thread, bundle, broken)
+            bundle.start_soon(run_in_thread, broken)
 
     got = await capture(body)
     # Exactly what a Trio child raising ValueError produces.
@@ -358,8 +394,8 @@ async def test_thread_name_is_given_to_the_thread():
         names.append(threading.current_thread().name)
 
     async with open_bundle() as bundle:
-        bundle.start_soon(functools.partial(run_in_thread, name="reader"), bundle, who)
-        bundle.start_soon(run_in_thread, bundle, who, name="default-named")
+        bundle.start_soon(functools.partial(run_in_thread, name="reader"), who)
+        bundle.start_soon(run_in_thread, who, name="default-named")
     assert sorted(names) == ["reader", "who from default-named"]
 
 
@@ -370,38 +406,39 @@ def noop(flag: StopFlag) -> None:
     pass  # pragma: no cover - never called
 
 
-async def test_must_be_called_by_a_child_of_the_bundle():
-    async with open_bundle(name="b") as bundle:
-        with pytest.raises(
-            RuntimeError,
-            match=(
-                r"^run_in_thread\(\) must be called by a child of bundle 'b' "
-                r"\(a task started with its start_soon\(\) or start\(\)\), "
-                r"not by <Task .+ at 0x[0-9a-f]+>$"
-            ),
-        ):
-            await run_in_thread(bundle, noop)
+async def test_the_bundle_defaults_to_the_callers_own():
+    flags: list[bool] = []
 
-
-async def test_a_task_inside_a_child_is_not_a_child():
-    refused: list[str] = []
-
-    async def grandchild() -> None:
-        with pytest.raises(RuntimeError) as info:
-            await run_in_thread(bundle, noop)
-        refused.append(str(info.value).split(", not by")[0])
+    def look(flag: StopFlag) -> None:
+        flags.append(flag.wait(timeout=30))  # a real-time bound, never reached
 
     async def child() -> None:
-        assert await run_in_thread(bundle, lambda _flag: "ok") == "ok"
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(grandchild)
+        # A child of the inner bundle: the inner bundle's STOP reaches it.
+        async with open_bundle(name="inner") as inner:
+            inner.start_soon(run_in_thread, look)
+            await trio.testing.wait_all_tasks_blocked()
+            report = await inner.shutdown(grace=5)
+        assert report.graceful
+        assert outer.statistics().cancelling is False
 
-    async with open_bundle(name="b") as bundle:
+    async with open_bundle(name="outer") as outer:
+        outer.start_soon(child)
+    assert flags == [True]
+
+
+async def test_bundle_may_be_given_explicitly():
+    results: list[str] = []
+
+    async def child() -> None:
+        results.append(await run_in_thread(lambda _flag: "ok", bundle=bundle))
+
+    async with open_bundle() as bundle:
         bundle.start_soon(child)
-    assert refused == [
-        "run_in_thread() must be called by a child of bundle 'b' (a task "
-        "started with its start_soon() or start())"
-    ]
+    assert results == ["ok"]
+
+
+async def not_sync(flag: StopFlag) -> None:
+    pass  # pragma: no cover - never called
 
 
 @pytest.mark.parametrize(
@@ -414,14 +451,24 @@ async def test_a_task_inside_a_child_is_not_a_child():
             r"^budget must be a ThreadBudget or None, not <trio.CapacityLimiter .*>$",
         ),
         ({"gate": "g"}, r"^gate must be an AdmissionGate or None, not 'g'$"),
+        ({"bundle": 5}, r"^bundle must be a Bundle or None, not 5$"),
+        ({"bundle": "b"}, r"^bundle must be a Bundle or None, not 'b'$"),
+        ({"sync_fn": 5}, r"^sync_fn must be a synchronous function, not 5$"),
+        (
+            {"sync_fn": not_sync},
+            r"^sync_fn must be a synchronous function, not "
+            r"<function not_sync at 0x[0-9a-f]+>$",
+        ),
     ],
 )
-async def test_bad_options_raise_before_anything_starts(kwargs, message):
+async def test_bad_arguments_raise_before_anything_starts(kwargs, message):
     async with open_bundle() as bundle:
 
         async def child() -> None:
+            options = dict(kwargs)
+            fn = options.pop("sync_fn", noop)
             with pytest.raises(TypeError, match=message):
-                await run_in_thread(bundle, noop, **kwargs)
+                await run_in_thread(fn, **options)
 
         bundle.start_soon(child)
     assert trio.testing.active_thread_count() == 0

@@ -119,7 +119,7 @@ async def test_refused_call_takes_no_token_and_the_gate_recovers(mock_clock):
 
     async def endpoint(work) -> None:
         try:
-            served.append(await run_in_thread(bundle, work, budget=budget, gate=gate))
+            served.append(await run_in_thread(work, budget=budget, gate=gate))
         except BusyError as exc:
             refused.append(str(exc))
 
@@ -152,7 +152,7 @@ async def test_refusal_is_a_checkpoint():
 
     async def child() -> None:
         with trio.testing.assert_checkpoints(), pytest.raises(BusyError):
-            await run_in_thread(bundle, block_until(threading.Event()), gate=gate)
+            await run_in_thread(block_until(threading.Event()), gate=gate)
 
     async with open_bundle() as bundle:
         bundle.start_soon(child)
@@ -170,9 +170,7 @@ async def test_a_burst_on_one_endpoint_does_not_starve_another(mock_clock):
 
     async def request_task() -> None:
         try:
-            await run_in_thread(
-                bundle, block_until(release), budget=budget, gate=burst_gate
-            )
+            await run_in_thread(block_until(release), budget=budget, gate=burst_gate)
             outcome["served"] += 1
         except BusyError:
             outcome["busy"] += 1
@@ -181,9 +179,7 @@ async def test_a_burst_on_one_endpoint_does_not_starve_another(mock_clock):
         return "alive"
 
     async def heartbeat() -> None:
-        assert await run_in_thread(bundle, beat, budget=budget, gate=beat_gate) == (
-            "alive"
-        )
+        assert await run_in_thread(beat, budget=budget, gate=beat_gate) == "alive"
         beat_done.set()
 
     async with open_bundle() as bundle:
@@ -210,14 +206,13 @@ async def test_without_a_gate_the_burst_takes_every_token(mock_clock):
         return "alive"
 
     async def heartbeat() -> None:
-        await run_in_thread(bundle, beat, budget=budget)
+        await run_in_thread(beat, budget=budget)
         beat_done.set()
 
     async with open_bundle() as bundle:
         for _ in range(300):
             bundle.start_soon(
                 functools.partial(run_in_thread, budget=budget),
-                bundle,
                 block_until(release),
             )
         await trio.testing.wait_all_tasks_blocked()
@@ -240,7 +235,6 @@ async def test_an_abandoned_thread_keeps_its_place_in_the_gate(mock_clock):
     async with open_bundle() as bundle:
         bundle.start_soon(
             functools.partial(run_in_thread, budget=budget, gate=gate),
-            bundle,
             block_until(release, started),
         )
         await started.wait()

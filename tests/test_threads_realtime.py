@@ -82,7 +82,7 @@ async def test_budget_holds_under_a_burst_and_trio_keeps_its_latency():
     results: list[int] = []
 
     async def call(i: int) -> None:
-        results.append(await run_in_thread(bundle, blocking_io, i, budget=budget))
+        results.append(await run_in_thread(blocking_io, i, budget=budget))
 
     quiet: list[float] = []
     done = trio.Event()
@@ -172,9 +172,7 @@ async def storm(*, gated: bool) -> Storm:
     async def client() -> None:
         while True:
             try:
-                await run_in_thread(
-                    bundle, request_task, budget=budget, gate=storm_gate
-                )
+                await run_in_thread(request_task, budget=budget, gate=storm_gate)
             except BusyError:
                 refusals["request_task"] += 1
                 await trio.sleep(0.01)
@@ -185,7 +183,9 @@ async def storm(*, gated: bool) -> Storm:
         while not done.is_set():
             start = trio.current_time()
             try:
-                await run_in_thread(endpoint, beat, budget=budget, gate=beat_gate)
+                await run_in_thread(
+                    beat, bundle=endpoint, budget=budget, gate=beat_gate
+                )
             except BusyError:  # pragma: no cover - the assertions catch it
                 refusals["beat"] += 1
             beat_latency.append(trio.current_time() - start)

@@ -27,6 +27,7 @@ from ._lifecycle import (
     LifecycleState as LifecycleState,
     StateUnreachableError as StateUnreachableError,
 )
+from ._paths import current_bundle as current_bundle
 from ._process import run_process as run_process
 from ._recording import (
     Trace as Trace,

@@ -16,6 +16,13 @@ which cancels every further wait it starts (asyncio code then sees a
 still run, so ``finally`` blocks and ``except CancelledError`` clauses
 unwind as usual.
 
+Refusing cannot end a task that catches every `asyncio.CancelledError` and
+waits again, in a loop: it would spin on refused waits for ever, and the
+bundle's deadline would not hold. After 100 refused waits (honest unwinding
+needs a few), `run_asyncio` stops waiting and reports the task abandoned,
+as a thread is abandoned at the hard cancel; the task runs on, its waits no
+longer refused.
+
 trio-asyncio is imported only when this module's functions are used: it
 patches asyncio's loop policy when imported, and it is an optional
 dependency (the ``asyncio`` extra).
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import enum
 import functools
 import importlib
 import inspect
@@ -35,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final
 import attrs
 import trio
 
+from ._caller import bundle_of_caller
 from ._inbox import InboxReceiver
 from ._stop import STOP, StopType
 from ._util import NoPublicConstructor
@@ -130,8 +139,11 @@ class AsyncioInbox(Generic[T], metaclass=NoPublicConstructor):
             What ``aio_fn`` returned, or `STOP`.
 
         Raises:
+            TypeError: if ``aio_fn`` is not callable.
             trio.ClosedResourceError: if the receiver was closed.
         """
+        if not callable(cast("object", aio_fn)):
+            raise TypeError(f"aio_fn must be an async function, not {aio_fn!r}")
         trio_asyncio = _trio_asyncio()
         until_stop = trio_asyncio.trio_as_aio(self._receiver.until_stop)
         return cast(
@@ -152,11 +164,57 @@ class AsyncioInbox(Generic[T], metaclass=NoPublicConstructor):
         return message
 
 
-@attrs.define(eq=False)
-class _Refusal:
-    """Set when the Trio side was hard-cancelled: refuse every further wait."""
+# How many waits a hard-cancelled task may start, each refused, before it
+# is taken to ignore its cancellation. Unwinding through finally blocks and
+# except clauses takes a few; only a loop that swallows CancelledError
+# takes this many.
+_REFUSED_WAITS_BEFORE_ABANDONING = 100
 
-    active: bool = False
+
+class _Phase(enum.Enum):
+    """Where a `run_asyncio` task is in its cancellation."""
+
+    RUNNING = "running"  # not hard-cancelled: its waits pass through
+    REFUSING = "refusing"  # hard-cancelled: each new wait is cancelled
+    ABANDONED = "abandoned"  # ignored that: run_asyncio stopped waiting for it
+
+
+@attrs.define(eq=False)
+class _TaskWatch:
+    """The Trio side of one `run_asyncio` task: its phase and its waiter."""
+
+    waiter: trio.lowlevel.Task
+    phase: _Phase = _Phase.RUNNING
+    refused: int = 0
+
+    def hard_cancel(self) -> None:
+        if self.phase is _Phase.RUNNING:
+            self.phase = _Phase.REFUSING
+
+    def refuse(self) -> bool:
+        """Tell whether to cancel a wait the task starts; abandon it past the limit.
+
+        A task that goes on waiting after so many refusals catches its
+        cancellations and carries on, maybe in a loop: the waiter stops
+        waiting for it, and the task runs on unrefused, like an abandoned
+        thread, instead of spinning on refused waits.
+        """
+        if self.phase is not _Phase.REFUSING:
+            return False
+        if self.refused < _REFUSED_WAITS_BEFORE_ABANDONING:
+            self.refused += 1
+            return True
+        self.phase = _Phase.ABANDONED
+        trio.lowlevel.reschedule(self.waiter)
+        return False
+
+    def task_done(self, task: asyncio.Future[Any]) -> None:
+        if self.phase is not _Phase.ABANDONED:
+            trio.lowlevel.reschedule(self.waiter)
+        elif not task.cancelled():
+            # Nobody waits for it any more; its outcome is discarded, as an
+            # abandoned thread's is, without asyncio's "never retrieved" log.
+            task.exception()
 
 
 def _cancel_wait(awaited: object) -> bool:
@@ -167,9 +225,9 @@ def _cancel_wait(awaited: object) -> bool:
 
 @types.coroutine
 def _refusing_waits(
-    coro: Coroutine[Any, Any, R], refusal: _Refusal
+    coro: Coroutine[Any, Any, R], watch: _TaskWatch
 ) -> Generator[Any, Any, R]:
-    """Drive ``coro`` for its Task, cancelling each new wait once ``refusal`` is active.
+    """Drive ``coro`` for its Task, cancelling the waits ``watch`` refuses.
 
     A coroutine waits by yielding a future (or None, for ``asyncio.sleep(0)``)
     up to its Task. After a hard cancel, a yielded future is cancelled before
@@ -185,7 +243,7 @@ def _refusing_waits(
             awaited = send(value)
         except StopIteration as stop:
             return cast("R", stop.value)
-        if refusal.active and not _cancel_wait(awaited):
+        if watch.refuse() and not _cancel_wait(awaited):
             send, value = coro.throw, asyncio.CancelledError()
             continue
         try:
@@ -197,47 +255,56 @@ def _refusing_waits(
 
 
 async def run_asyncio(
-    bundle: Bundle,
     aio_fn: Callable[[AsyncioInbox[Any], Unpack[PosArgT]], Awaitable[R]],
     *args: Unpack[PosArgT],
+    bundle: Bundle | None = None,
     inbox: InboxReceiver[Any] | None = None,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> R:
-    """Run ``await aio_fn(asyncio_inbox, *args)`` on asyncio, as part of ``bundle``.
+    """Run ``await aio_fn(asyncio_inbox, *args)`` on asyncio, as a child of a bundle.
 
     ``aio_fn`` is an asyncio coroutine function; it runs as an
     `asyncio.Task` on the trio-asyncio loop, which must be open around the
     bundle (``async with trio_asyncio.open_loop():``). Start it like a Trio
-    child, ``bundle.start_soon(run_asyncio, bundle, aio_fn, arg)``, or await
-    it from one. It follows the bundle's rules:
+    child, ``bundle.start_soon(run_asyncio, aio_fn, arg)``, or await it from
+    one; the bundle is the one the calling task is a child of, unless
+    ``bundle=`` names it. It follows the bundle's rules:
 
     * Its first argument is an `AsyncioInbox`, the asyncio face of
-      ``inbox``: an inbox of ``bundle`` that you opened and send messages
-      to, or, by default, a new inbox of ``bundle`` that only ever
+      ``inbox``: an inbox of the bundle that you opened and send messages
+      to, or, by default, a new inbox of the bundle that only ever
       carries STOP. Either way `Bundle.shutdown` reaches the asyncio code
       as STOP.
     * A hard cancel (the grace ran out, or anything else cancelled the
       caller) cancels the task: the asyncio code sees `asyncio.CancelledError`
       and unwinds through its ``finally`` blocks, then `run_asyncio` raises
       `trio.Cancelled`. From then on every wait the task starts is cancelled
-      too, so a task that catches `asyncio.CancelledError` and tries to go on still
-      ends by the deadline. Graceful work (a protocol's goodbye) belongs
-      after STOP, not in the cleanup after a hard cancel.
+      too, so a task that catches `asyncio.CancelledError` and tries to go
+      on still ends by the deadline. Graceful work (a protocol's goodbye)
+      belongs after STOP, not in the cleanup after a hard cancel.
+    * A task that still goes on waiting after 100 refused waits ignores its
+      cancellation (it catches `asyncio.CancelledError` in a loop):
+      `run_asyncio` stops waiting for it and raises `trio.Cancelled`, so the
+      bundle's deadline holds. The task is *abandoned*, as a thread is: it
+      is recorded with `Bundle.note_abandoned` (``"asyncio task 'name'"`` in
+      `ChildEnd.abandoned`), its waits are no longer refused, and its result
+      or exception is discarded.
     * Its result is returned and its exception raised, as a Trio child's.
 
-    When started with ``await bundle.start(run_asyncio, bundle, aio_fn,
-    ...)``, ``aio_fn`` also gets the ``task_status`` keyword argument, and
-    calls ``task_status.started(value)`` from asyncio code when it is ready.
+    When started with ``await bundle.start(run_asyncio, aio_fn, ...)``,
+    ``aio_fn`` also gets the ``task_status`` keyword argument, and calls
+    ``task_status.started(value)`` from asyncio code when it is ready.
 
     Asyncio tasks that ``aio_fn`` creates itself are not part of the bundle;
     the trio-asyncio loop cancels those left over when it closes.
 
-    This is a checkpoint.
+    Every argument is checked before anything starts. This is a checkpoint.
 
     Args:
-        bundle (Bundle): The bundle that will stop the asyncio code.
         aio_fn: An asyncio coroutine function.
         *args: More positional arguments for ``aio_fn``.
+        bundle (Bundle or None): The bundle whose child calls this; `None`
+            (the default) means the calling task's own bundle.
         inbox (InboxReceiver or None): The inbox to hand over, opened with
             ``bundle.open_inbox()``; by default a new one.
         task_status: Given by `Bundle.start`; passed on to ``aio_fn``.
@@ -246,39 +313,45 @@ async def run_asyncio(
         What ``aio_fn`` returned.
 
     Raises:
-        RuntimeError: if no trio-asyncio loop is running.
+        RuntimeError: if the calling task is not a child of the bundle, or
+            no trio-asyncio loop is running.
         ModuleNotFoundError: if trio-asyncio is not installed.
-        TypeError: if ``inbox`` is not an `InboxReceiver`, or ``aio_fn``
-            does not return a coroutine.
+        TypeError: if ``aio_fn`` is not callable or does not return a
+            coroutine, or ``bundle`` or ``inbox`` has the wrong type.
         Exception: whatever ``aio_fn`` raised.
     """
+    if not callable(cast("object", aio_fn)):
+        raise TypeError(f"aio_fn must be an async function, not {aio_fn!r}")
+    if inbox is not None and not isinstance(cast("object", inbox), InboxReceiver):
+        raise TypeError(f"inbox must be an InboxReceiver or None, not {inbox!r}")
+    bundle = bundle_of_caller(bundle, "run_asyncio")
     loop = _trio_asyncio().current_loop.get()
     if loop is None or loop.is_closed():
         raise RuntimeError(
             "run_asyncio() needs a running trio-asyncio loop: open one around "
             "the bundle with 'async with trio_asyncio.open_loop():'"
         )
-    if inbox is not None and not isinstance(cast("object", inbox), InboxReceiver):
-        raise TypeError(f"inbox must be an InboxReceiver or None, not {inbox!r}")
     fn = cast("Callable[..., Awaitable[R]]", aio_fn)
     if task_status is not trio.TASK_STATUS_IGNORED:
         fn = functools.partial(fn, task_status=task_status)
     if inbox is not None:
         aio_inbox = AsyncioInbox[Any]._create(inbox)  # pyright: ignore[reportPrivateUsage]
-        return await _run_task(loop, fn, aio_inbox, args)
+        return await _run_task(bundle, loop, fn, aio_inbox, args)
     sender, receiver = bundle.open_inbox()
     with sender, receiver:
         aio_inbox = AsyncioInbox[Any]._create(receiver)  # pyright: ignore[reportPrivateUsage]
-        return await _run_task(loop, fn, aio_inbox, args)
+        return await _run_task(bundle, loop, fn, aio_inbox, args)
 
 
 async def _run_task(
+    bundle: Bundle,
     loop: asyncio.AbstractEventLoop,
     aio_fn: Callable[..., Awaitable[R]],
     aio_inbox: AsyncioInbox[Any],
     args: tuple[object, ...],
 ) -> R:
-    refusal = _Refusal()
+    me = trio.lowlevel.current_task()
+    watch = _TaskWatch(me)
 
     async def task_body() -> R:
         coro: object = aio_fn(aio_inbox, *args)
@@ -287,22 +360,23 @@ async def _run_task(
                 f"run_asyncio expected an asyncio coroutine function, but "
                 f"{aio_fn!r} returned {coro!r}"
             )
-        return await _refusing_waits(cast("Coroutine[Any, Any, R]", coro), refusal)
+        return await _refusing_waits(cast("Coroutine[Any, Any, R]", coro), watch)
 
-    me = trio.lowlevel.current_task()
     task = loop.create_task(task_body(), name=me.name)
-    task.add_done_callback(lambda _: trio.lowlevel.reschedule(me))
+    task.add_done_callback(watch.task_done)
     raise_cancel: Callable[[], object] | None = None
 
     def abort(raise_cancel_arg: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         nonlocal raise_cancel
         raise_cancel = raise_cancel_arg
-        refusal.active = True
+        watch.hard_cancel()
         task.cancel()
         # Keep waiting: the task has its CancelledError to unwind.
         return trio.lowlevel.Abort.FAILED
 
     await trio.lowlevel.wait_task_rescheduled(abort)
-    if task.cancelled() and raise_cancel is not None:
+    if watch.phase is _Phase.ABANDONED:
+        bundle.note_abandoned(f"asyncio task {task.get_name()!r}")
+    if raise_cancel is not None and (task.cancelled() or not task.done()):
         raise_cancel()
     return task.result()

@@ -1,62 +1,53 @@
 """Bundles: nurseries whose children can be cancelled with a grace period.
 
-Shape of a bundle (``async with open_bundle() as bundle: BODY``)::
+A `Bundle` is the policy on top of three mechanisms, each in its own module:
+the two-nursery shape that lets the children be cancelled without the body
+(`_topology`), the record of one cancellation (`_cancellation`), and the
+fan-out of STOP to inboxes and callbacks (`_stopfanout`). What the bundle
+itself owns is its phase, from one transition table::
 
-    outer nursery (bundle.cancel_scope)         <- the body runs here
-    └── host task
-        └── inner nursery (the children's scope) <- every child runs here
+    OPEN ──cancel()──▶ CANCELLING ──last child ended──▶ CLOSED
+      └────────────────block exited─────────────────────▶
 
-The children live in a nursery of their own, opened by a small host task, so
-that the hard deadline of `Bundle.cancel` can be put on *their* cancel scope
-alone: when the grace runs out the children are cancelled and the body goes
-on. Everything else mirrors a plain nursery: cancelling ``bundle.cancel_scope``
-cancels body and children, a child's exception cancels its siblings and the
-body at once, and the exception group that leaves the bundle has the shape a
-plain nursery's would.
+and what ties the pieces together: which child's end is recorded where,
+what is traced, and the checks on its callers.
 """
 
 from __future__ import annotations
 
-import collections.abc
 import contextlib
-import functools
-import logging
 import math
-import sys
-import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast, final
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 import attrs
 import trio
 
+from ._cancellation import Cancellation, outcome_of
+from ._childnotes import ChildNotes
 from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
-from ._report import BundleStatistics, CancelReport, ChildEnd, ChildOutcome
-from ._trace import (
-    TraceKind,
+from ._paths import (
     bundle_path,
-    emit,
-    enclosing_bundle_path,
-    logger,
-    register_bundle,
+    enclosing_bundle,
+    is_inside,
+    register,
     task_path,
-    tracing,
-    unregister_bundle,
+    unregister,
 )
-from ._util import (
-    ForwardingTaskStatus,
-    NoPublicConstructor,
-    as_group,
-    check_name,
-    check_seconds,
-    first_leaf,
-    in_trio_run,
-    is_async_def,
+from ._phase import BundlePhase, PhaseRecord
+from ._report import BundleStatistics, CancelReport, ChildOutcome
+from ._stopfanout import StopFanout
+from ._topology import (
+    ChildEvents,
+    TwoLevelNursery,
+    check_async_fn,
+    coroutine_of,
+    is_cancellation as is_cancellation,
+    open_two_level,
 )
-
-if sys.version_info < (3, 11):  # pragma: no cover
-    from exceptiongroup import BaseExceptionGroup
+from ._trace import TraceKind, emit, tracing
+from ._util import NoPublicConstructor, check_name, check_seconds, in_trio_run
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -65,17 +56,8 @@ if TYPE_CHECKING:
 
     PosArgT = TypeVarTuple("PosArgT")
 
-
-# How often a long cancellation logs that it is still waiting, in seconds.
-PROGRESS_INTERVAL = 2.0
-
-
-def is_cancellation(exc: BaseException) -> bool:
-    """True if ``exc`` is `trio.Cancelled`, or a group holding only Cancelled."""
-    if isinstance(exc, trio.Cancelled):
-        return True
-    group = as_group(exc)
-    return group is not None and group.split(trio.Cancelled)[1] is None
+#: The grace of `Bundle.cancel` and `Bundle.shutdown` when none is given.
+DEFAULT_GRACE: Final = 10.0
 
 
 def check_child_of(bundle: Bundle, caller: str) -> None:
@@ -91,69 +73,8 @@ def check_child_of(bundle: Bundle, caller: str) -> None:
         )
 
 
-def _given(coro: Awaitable[object]) -> Awaitable[object]:
-    return coro
-
-
-def _prepare(
-    async_fn: Callable[..., Awaitable[object]], args: tuple[object, ...]
-) -> tuple[Callable[..., Awaitable[object]], tuple[object, ...]]:
-    """Check an ``async_fn`` that is not a plain ``async def`` function now.
-
-    `Bundle.start_soon` recognises ``async def`` functions (also bound
-    methods) from their code flags and calls them later, in the child. Other
-    callables are called here, as `trio.Nursery.start_soon` does, so that
-    mistakes raise in the caller; they must return a coroutine.
-    """
-    candidate: object = async_fn
-    if isinstance(candidate, functools.partial):
-        partial = cast("functools.partial[object]", candidate)
-        if is_async_def(partial.func):
-            return async_fn, args
-    if isinstance(candidate, collections.abc.Coroutine):
-        coro_object = cast(
-            "collections.abc.Coroutine[object, object, object]", candidate
-        )
-        coro_object.close()
-        raise TypeError(
-            f"start_soon expected an async function, not the coroutine object "
-            f"{coro_object!r}; pass the function and its arguments instead: "
-            f"start_soon(fn, *args)"
-        )
-    if not callable(cast("object", async_fn)):
-        raise TypeError(f"start_soon expected an async function, not {async_fn!r}")
-    coro: object = async_fn(*args)
-    if not isinstance(coro, collections.abc.Coroutine):
-        raise TypeError(
-            f"start_soon expected an async function, but {async_fn!r} returned "
-            f"{coro!r} instead of a coroutine; is it missing 'async'?"
-        )
-    return _given, (cast("collections.abc.Coroutine[object, object, object]", coro),)
-
-
-@attrs.define(eq=False)
-class _ChildNotes:
-    abandoned: list[str] = attrs.field(factory=list[str])
-    notes: list[str] = attrs.field(factory=list[str])
-
-
-@attrs.define(eq=False)
-class _Cancellation:
-    """The record of a bundle's cancellation, shared by every cancel() caller."""
-
-    started_at: float
-    all_done: trio.Event = attrs.field(factory=trio.Event)
-    ended: list[ChildEnd] = attrs.field(factory=list[ChildEnd])
-    report: CancelReport | None = None
-    # The first caller waits on this scope so that it can wake at the hard
-    # deadline (for the trace) and now and then to log progress; the scope's
-    # deadline follows the bundle's. None when nobody drives.
-    driver: trio.CancelScope | None = None
-    hard_cancel_traced: bool = False
-
-
 @final
-@attrs.define(eq=False, repr=False, slots=False)
+@attrs.define(eq=False, repr=False)
 class Bundle(metaclass=NoPublicConstructor):
     """A nursery whose children can be cancelled gracefully. See `open_bundle`.
 
@@ -168,46 +89,23 @@ class Bundle(metaclass=NoPublicConstructor):
     """
 
     _name: str
-    _path: str
-    _outer: trio.Nursery
-    _inner: trio.Nursery
+    _levels: TwoLevelNursery
     _token: trio.lowlevel.TrioToken
-    # Children started and not yet ended, including those still starting.
-    _live: int = 0
-    _closed: bool = False
-    _closed_reason: str = ""
-    _hard_deadline: float = math.inf
-    # When the children were hard-cancelled (explicitly, or by a failing
-    # child); a deadline that expired is recognised from the scope.
-    _hard_cancelled_at: float | None = None
+    # The bundle around the one that opened this, when it opened.
+    _parent: Bundle | None
+    _phase: PhaseRecord
+    _path: str | None = None
     # Created by the first cancel() call.
-    _cancellation: _Cancellation | None = None
-    # Scopes around children still starting under start(): they are not yet
-    # under the inner nursery's scope, so deadlines and hard cancels go to
-    # them one by one.
-    _start_scopes: set[trio.CancelScope] = attrs.field(factory=set[trio.CancelScope])
-    _inboxes: weakref.WeakSet[InboxState[Any]] = attrs.field(
-        factory=weakref.WeakSet[InboxState[Any]]
-    )
-    _stopping: bool = False
-    # Callbacks registered with on_stop(), {key: (registering task, callback)}.
-    _stop_callbacks: dict[object, tuple[trio.lowlevel.Task, Callable[[], object]]] = (
-        attrs.field(
-            factory=dict[object, tuple[trio.lowlevel.Task, Callable[[], object]]]
-        )
-    )
-    # What children recorded with note() and note_abandoned(), until they end.
-    _notes: dict[trio.lowlevel.Task, _ChildNotes] = attrs.field(
-        factory=dict[trio.lowlevel.Task, "_ChildNotes"]
-    )
+    _cancellation: Cancellation | None = None
+    # Created when the first inbox, callback or shutdown needs it.
+    _fanout: StopFanout | None = None
+    # What live children said about themselves; created when one does.
+    _notes: ChildNotes | None = None
 
     def __repr__(self) -> str:
-        state = (
-            "closed" if self._closed else "cancelling" if self.cancelling else "open"
-        )
         return (
-            f"<trio_graceful.Bundle {self._name!r} {state}, "
-            f"{self._live} children at {id(self):#x}>"
+            f"<trio_graceful.Bundle {self._name!r} {self._phase.phase.value}, "
+            f"{self._levels.live} children at {id(self):#x}>"
         )
 
     # -- the trio.Nursery surface -------------------------------------------
@@ -226,6 +124,8 @@ class Bundle(metaclass=NoPublicConstructor):
         opened outside any bundle is just its `name`. Trace events name tasks
         the same way: ``root/conn-1/name/request-7``.
         """
+        if self._path is None:
+            self._path = bundle_path(self.parent_task, self._name, self._parent)
         return self._path
 
     @property
@@ -234,17 +134,17 @@ class Bundle(metaclass=NoPublicConstructor):
 
         Cancelling it hard-cancels everything at once, body included.
         """
-        return self._outer.cancel_scope
+        return self._levels.outer.cancel_scope
 
     @property
     def child_tasks(self) -> frozenset[trio.lowlevel.Task]:
         """The children still running, as `trio.Nursery.child_tasks`."""
-        return self._inner.child_tasks
+        return self._levels.inner.child_tasks
 
     @property
     def parent_task(self) -> trio.lowlevel.Task:
         """The task that opened the bundle, as `trio.Nursery.parent_task`."""
-        return self._outer.parent_task
+        return self._levels.outer.parent_task
 
     def start_soon(
         self,
@@ -254,8 +154,10 @@ class Bundle(metaclass=NoPublicConstructor):
     ) -> None:
         """Start ``await async_fn(*args)`` as a child, like `trio.Nursery.start_soon`.
 
-        A child started while the bundle is cancelling gets the same hard
-        deadline and is waited for by `cancel`. Not a checkpoint.
+        ``async_fn(*args)`` is called here, so that wrong arguments raise in
+        the caller, as with a nursery. A child started while the bundle is
+        cancelling gets the same hard deadline and is waited for by `cancel`.
+        Not a checkpoint.
 
         Args:
             async_fn: An async function.
@@ -265,16 +167,14 @@ class Bundle(metaclass=NoPublicConstructor):
         Raises:
             RuntimeError: if the bundle is closed: `cancel` has finished, or
                 the ``async with`` block has exited and every child has ended.
-            TypeError: if ``async_fn`` is not an async function.
+            TypeError: if ``async_fn`` is not an async function, or does not
+                take these arguments.
         """
-        if self._closed:
-            raise RuntimeError(self._closed_reason)
-        if name is None:
-            name = async_fn
-        if not is_async_def(async_fn):
-            async_fn, args = _prepare(async_fn, args)  # type: ignore[assignment]
-        self._inner.start_soon(self._run_child, async_fn, args, name=name)
-        self._live += 1
+        self._phase.check_open()
+        coro = coroutine_of(async_fn, args, "start_soon")
+        if tracing.active:
+            self._watch_children()
+        self._levels.start_soon(coro, async_fn if name is None else name)
 
     async def start(
         self,
@@ -294,15 +194,15 @@ class Bundle(metaclass=NoPublicConstructor):
             RuntimeError: if the bundle is closed, if the child returned
                 without calling ``task_status.started()``, or if the bundle
                 was hard-cancelled before the child was ready.
+            TypeError: if ``async_fn`` is not an async function (a coroutine
+                object passed instead is closed).
         """
-        if self._closed:
-            raise RuntimeError(self._closed_reason)
-        self._live += 1
-        return await self._inner.start(
-            self._run_starting_child,
-            async_fn,
-            args,
-            name=async_fn if name is None else name,
+        self._phase.check_open()
+        check_async_fn(async_fn, "start")
+        if tracing.active:
+            self._watch_children()
+        return await self._levels.start(
+            async_fn, args, async_fn if name is None else name
         )
 
     # -- graceful cancellation ------------------------------------------------
@@ -311,10 +211,10 @@ class Bundle(metaclass=NoPublicConstructor):
     def hard_deadline(self) -> float:
         """The children's hard deadline in Trio time; `math.inf` if not cancelling.
 
-        Children see it through `trio.current_effective_deadline`, together
-        with any earlier deadline of the scopes around the bundle.
+        The earliest ``now + grace`` asked of `cancel` so far.
         """
-        return self._hard_deadline
+        cancellation = self._cancellation
+        return math.inf if cancellation is None else cancellation.deadline
 
     @property
     def cancelling(self) -> bool:
@@ -324,9 +224,9 @@ class Bundle(metaclass=NoPublicConstructor):
     @property
     def closed(self) -> bool:
         """True once the bundle accepts no new children."""
-        return self._closed
+        return self._phase.phase is BundlePhase.CLOSED
 
-    async def cancel(self, grace: float) -> CancelReport:
+    async def cancel(self, grace: float = DEFAULT_GRACE) -> CancelReport:
         """Cancel the children, giving them ``grace`` seconds to finish first.
 
         Waits for every child (not the body of the ``async with`` block) and
@@ -344,8 +244,9 @@ class Bundle(metaclass=NoPublicConstructor):
         `trio.Cancelled` as usual.
 
         Args:
-            grace (float): Seconds to wait before the hard cancel; 0 hard-cancels
-                at once, `math.inf` waits as long as it takes.
+            grace (float): Seconds to wait before the hard cancel, 10 by
+                default; 0 hard-cancels at once, `math.inf` waits as long as
+                it takes.
 
         Returns:
             CancelReport: What each child did and when.
@@ -360,15 +261,16 @@ class Bundle(metaclass=NoPublicConstructor):
         self._check_caller("cancel")
         return await self._cancel(grace)
 
-    async def shutdown(self, grace: float) -> CancelReport:
+    async def shutdown(self, grace: float = DEFAULT_GRACE) -> CancelReport:
         """Send `STOP` to every inbox of this bundle, then `cancel` with ``grace``.
 
         The inboxes opened with `open_inbox` get STOP behind the messages
-        already queued; an inbox opened after this call gets STOP at once.
-        This is a checkpoint; see `cancel` for the rest.
+        already queued, and the callbacks registered with `on_stop` are
+        called; an inbox opened (or a callback registered) after this call
+        gets STOP at once. This is a checkpoint; see `cancel` for the rest.
 
         Args:
-            grace (float): As for `cancel`.
+            grace (float): As for `cancel`: 10 seconds by default.
 
         Returns:
             CancelReport: As for `cancel`.
@@ -378,16 +280,12 @@ class Bundle(metaclass=NoPublicConstructor):
         """
         grace = check_seconds("grace", grace)
         self._check_caller("shutdown")
-        if not self._stopping:
-            self._stopping = True
-            for state in list(self._inboxes):
-                state.stop()
-            for task, callback in list(self._stop_callbacks.values()):
-                self._call_on_stop(task, callback)
+        self._stop_fanout().stop()
         return await self._cancel(grace)
 
-    @contextlib.contextmanager
-    def on_stop(self, callback: Callable[[], object]) -> Generator[None, None, None]:
+    def on_stop(
+        self, callback: Callable[[], object]
+    ) -> contextlib.AbstractContextManager[None]:
         """Call ``callback()`` if `shutdown` begins while the block runs.
 
         For work that cannot read an inbox, such as a thread or a
@@ -400,34 +298,13 @@ class Bundle(metaclass=NoPublicConstructor):
 
         Use it as ``with bundle.on_stop(flag.set): ...``. Each call of the
         callback is traced as STOP received by the task that registered it.
-        """
-        task = trio.lowlevel.current_task()
-        if self._stopping:
-            self._call_on_stop(task, callback)
-            yield
-            return
-        key = object()
-        self._stop_callbacks[key] = (task, callback)
-        try:
-            yield
-        finally:
-            self._stop_callbacks.pop(key, None)
 
-    def _call_on_stop(
-        self, task: trio.lowlevel.Task, callback: Callable[[], object]
-    ) -> None:
-        if tracing.active:
-            emit(
-                TraceKind.STOP_RECEIVED,
-                enclosing_bundle_path(task, bodies=False),
-                task_path(task),
-            )
-        try:
-            callback()
-        except Exception:
-            logger.exception(
-                "on_stop callback %r of bundle %r raised", callback, self._path
-            )
+        Raises:
+            TypeError: if ``callback`` is not callable.
+        """
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {callback!r}")
+        return self._stop_fanout().on_stop(callback)
 
     def __contains__(self, task: object) -> bool:
         """``task in bundle``: is ``task`` a child of this bundle?
@@ -435,9 +312,9 @@ class Bundle(metaclass=NoPublicConstructor):
         Children still starting under `start` count too. Like ``task in
         bundle.child_tasks`` without copying the set. Not a checkpoint.
         """
+        inner = self._levels.inner
         return isinstance(task, trio.lowlevel.Task) and (
-            task.parent_nursery is self._inner
-            or task.eventual_parent_nursery is self._inner
+            task.parent_nursery is inner or task.eventual_parent_nursery is inner
         )
 
     def open_inbox(
@@ -456,195 +333,26 @@ class Bundle(metaclass=NoPublicConstructor):
             TypeError, ValueError: for a bad ``max_buffer_size``.
             RuntimeError: if the bundle is closed.
         """
-        if self._closed:
-            raise RuntimeError(self._closed_reason)
+        self._phase.check_open()
         sender: InboxSender[Any]
         receiver: InboxReceiver[Any]
         state: InboxState[Any]
         sender, receiver, state = open_inbox_with_state(max_buffer_size)
-        state.owner = self._path
-        self._inboxes.add(state)
-        state.on_receivers_closed = self._inboxes.discard
-        if self._stopping:
-            state.stop()
+        state.owner = self.path
+        self._stop_fanout().add_inbox(state)
         return sender, receiver
 
     def statistics(self) -> BundleStatistics:
         """Return a `BundleStatistics` snapshot. Not a checkpoint."""
         return BundleStatistics(
-            children_running=self._live,
-            cancelling=self.cancelling,
-            closed=self._closed,
-            hard_deadline=self._hard_deadline,
-            inboxes=len(self._inboxes),
+            children_running=self._levels.live,
+            cancelling=self._phase.phase is BundlePhase.CANCELLING,
+            closed=self._phase.phase is BundlePhase.CLOSED,
+            hard_deadline=self.hard_deadline,
+            inboxes=0 if self._fanout is None else self._fanout.inboxes,
         )
 
-    # -- internals --------------------------------------------------------------
-
-    def _check_caller(self, method: str) -> None:
-        if not in_trio_run(self._token):
-            raise RuntimeError(
-                f"Bundle.{method}() must be called from the Trio run that owns "
-                f"bundle {self._name!r}; from another thread use "
-                f"trio.from_thread.run(bundle.{method}, grace)"
-            )
-        # Walk up Trio's task tree to the task that runs the body: a caller
-        # inside the bundle passes through its children's nursery on the way.
-        body = self._outer.parent_task
-        task = trio.lowlevel.current_task()
-        while task is not body:
-            nursery = task.parent_nursery or task.eventual_parent_nursery
-            if nursery is None:
-                break
-            if nursery is self._inner:
-                caller = trio.lowlevel.current_task()
-                raise RuntimeError(
-                    f"Bundle.{method}() was called from {caller!r}, "
-                    f"which runs inside bundle {self._name!r} and would wait for "
-                    f"itself; call it from the task that owns the bundle, or use "
-                    f"bundle.cancel_scope.cancel() for a hard cancel"
-                )
-            task = nursery.parent_task
-
-    async def _cancel(self, grace: float) -> CancelReport:
-        now = trio.current_time()
-        cancellation = self._cancellation
-        if cancellation is None:
-            cancellation = self._cancellation = _Cancellation(started_at=now)
-        deadline = now + grace
-        if deadline < self._hard_deadline:
-            self._hard_deadline = deadline
-            self._inner.cancel_scope.deadline = deadline
-            for scope in self._start_scopes:
-                scope.deadline = deadline
-            if cancellation.driver is not None:
-                cancellation.driver.deadline = min(
-                    cancellation.driver.deadline, deadline
-                )
-        if tracing.active:
-            emit(
-                TraceKind.CANCEL_STARTED,
-                self._path,
-                task_path(trio.lowlevel.current_task()),
-                grace=grace,
-                deadline=self._hard_deadline,
-            )
-        if self._live == 0 and cancellation.report is None:
-            self._finish_cancel(cancellation)
-        try:
-            if cancellation.driver is None and cancellation.report is None:
-                await self._drive(cancellation)
-            else:
-                await cancellation.all_done.wait()
-        except BaseException:
-            self._hard_cancel(
-                f"the task waiting in cancel() of bundle {self._name!r} was cancelled"
-            )
-            raise
-        assert cancellation.report is not None
-        return cancellation.report
-
-    async def _drive(self, cancellation: _Cancellation) -> None:
-        """Wait for the children; meanwhile trace the deadline, log progress.
-
-        Without trace hooks and with progress logging off this is a single
-        wait: the caller is woken by the last child, never by a timer.
-        """
-        level = self._log_level()
-        progress_due = (
-            trio.current_time() + PROGRESS_INTERVAL
-            if logger.isEnabledFor(level)
-            else math.inf
-        )
-        scope = cancellation.driver = trio.CancelScope()
-        try:
-            while not cancellation.all_done.is_set():
-                deadline = progress_due
-                if tracing.active and not cancellation.hard_cancel_traced:
-                    deadline = min(deadline, self._hard_deadline)
-                scope.deadline = deadline
-                with scope:
-                    await cancellation.all_done.wait()
-                if cancellation.all_done.is_set():
-                    return
-                scope = cancellation.driver = trio.CancelScope()
-                now = trio.current_time()
-                if now >= self._hard_deadline:
-                    self._trace_hard_cancel("the grace period ran out")
-                if now >= progress_due:
-                    progress_due = now + PROGRESS_INTERVAL
-                    left = self._hard_deadline - now
-                    logger.log(
-                        level,
-                        "bundle %r: waiting for %d %s, %s of grace left",
-                        self._path,
-                        self._live,
-                        "child" if self._live == 1 else "children",
-                        f"{left:.1f} s" if left > 0 else "none",
-                    )
-        finally:
-            cancellation.driver = None
-
-    def _log_level(self) -> int:
-        # A shutdown of the whole program is news; the many small bundles
-        # inside it (one per connection, say) are details.
-        return logging.INFO if "/" not in self._path else logging.DEBUG
-
-    def _hard_cancel(self, reason: str) -> None:
-        if self._hard_cancelled_at is None:
-            self._hard_cancelled_at = trio.current_time()
-        self._trace_hard_cancel(reason)
-        self._inner.cancel_scope.cancel(reason)
-        for scope in self._start_scopes:
-            scope.cancel(reason)
-
-    def _trace_hard_cancel(self, reason: str) -> None:
-        cancellation = self._cancellation
-        if cancellation is None or cancellation.hard_cancel_traced:
-            return
-        cancellation.hard_cancel_traced = True
-        if tracing.active:
-            emit(
-                TraceKind.HARD_CANCEL,
-                self._path,
-                deadline=self._hard_deadline,
-                detail=reason,
-            )
-
-    def _finish_cancel(self, cancellation: _Cancellation) -> None:
-        self._close(f"bundle {self._name!r} is closed: cancel() has finished")
-        hard_cancelled_at = self._hard_cancelled_at
-        if hard_cancelled_at is None and self._inner.cancel_scope.cancel_called:
-            hard_cancelled_at = self._hard_deadline
-        cancellation.report = CancelReport(
-            bundle=self._name,
-            started_at=cancellation.started_at,
-            finished_at=trio.current_time(),
-            hard_deadline=self._hard_deadline,
-            hard_cancelled_at=hard_cancelled_at,
-            children=tuple(cancellation.ended),
-        )
-        summary = cancellation.report.summary()
-        logger.log(self._log_level(), "%s", summary)
-        if tracing.active:
-            emit(TraceKind.CANCEL_FINISHED, self._path, detail=summary)
-        cancellation.all_done.set()
-
-    def _close(self, reason: str) -> None:
-        if not self._closed:
-            self._closed = True
-            self._closed_reason = f"{reason}; no new tasks can be started"
-
-    def _opened(self) -> None:
-        register_bundle(self._path, self.parent_task, (self._outer, self._inner))
-        if tracing.active:
-            emit(TraceKind.BUNDLE_OPENED, self._path)
-
-    def _block_exited(self) -> None:
-        self._close(f"bundle {self._name!r} is closed: its block has exited")
-        unregister_bundle(self._path, self.parent_task, (self._outer, self._inner))
-        if tracing.active:
-            emit(TraceKind.BUNDLE_CLOSED, self._path)
+    # -- notes from children ------------------------------------------------------
 
     def note(self, text: str) -> None:
         """Attach ``text`` to the calling child's entry in the next report.
@@ -655,9 +363,12 @@ class Bundle(metaclass=NoPublicConstructor):
         cancellation. Not a checkpoint.
 
         Raises:
+            TypeError: if ``text`` is not a string.
             RuntimeError: if the calling task is not a child of this bundle.
         """
-        self._notes_of_caller("note").notes.append(text)
+        if not isinstance(cast("object", text), str):
+            raise TypeError(f"text must be a string, not {text!r}")
+        self._notes_of_caller("note").note(trio.lowlevel.current_task(), text)
 
     def note_abandoned(self, what: str) -> None:
         """Record that the calling child leaves ``what`` running as it ends.
@@ -668,174 +379,176 @@ class Bundle(metaclass=NoPublicConstructor):
         (`ChildEnd.abandoned`). Not a checkpoint.
 
         Raises:
+            TypeError: if ``what`` is not a string.
             RuntimeError: if the calling task is not a child of this bundle.
         """
-        self._notes_of_caller("note_abandoned").abandoned.append(what)
+        if not isinstance(cast("object", what), str):
+            raise TypeError(f"what must be a string, not {what!r}")
+        self._notes_of_caller("note_abandoned").note_abandoned(
+            trio.lowlevel.current_task(), what
+        )
 
-    def _notes_of_caller(self, method: str) -> _ChildNotes:
+    def _notes_of_caller(self, method: str) -> ChildNotes:
         task = trio.lowlevel.current_task()
         if task not in self:
             raise RuntimeError(
                 f"{method}() must be called by a child of bundle "
                 f"{self._name!r}, not by {task!r}"
             )
-        return self._notes.setdefault(task, _ChildNotes())
+        return self._child_notes()
 
-    def _outcome(self, exc: BaseException | None) -> ChildOutcome:
-        if exc is None:
-            hard = self._inner.cancel_scope.cancel_called
-            return ChildOutcome.CANCELLED if hard else ChildOutcome.FINISHED
-        return ChildOutcome.CANCELLED if is_cancellation(exc) else ChildOutcome.RAISED
+    # -- what the two levels tell about the children ---------------------------------
 
-    def _child_ended(self, exc: BaseException | None, *, member: bool = True) -> None:
-        self._live -= 1
-        outcome = self._outcome(exc)
-        if outcome is ChildOutcome.RAISED and member:
-            # As in a plain nursery, a failing child cancels the body too
-            # (the inner nursery already cancels the siblings).
-            if self._hard_cancelled_at is None:
-                self._hard_cancelled_at = trio.current_time()
-                self._trace_hard_cancel(f"a child raised {exc!r}")
-            self._outer.cancel_scope.cancel(
-                f"child task of bundle {self._name!r} raised {exc!r}"
+    def _watch_children(self) -> None:
+        if self._levels.events is None:
+            self._levels.events = ChildEvents(
+                self._child_started,
+                self._child_ready,
+                self._child_ended,
+                self._start_failed,
             )
-        task = trio.lowlevel.current_task()
-        if outcome is ChildOutcome.CANCELLED and self._inner.cancel_scope.cancel_called:
-            # The first child to end after the deadline expired tells the
-            # trace, if the waiting caller has not yet.
-            self._trace_hard_cancel("the grace period ran out")
-        if member and tracing.active:
+
+    def _child_started(self, task: trio.lowlevel.Task) -> None:
+        """Trace a child started with `start_soon` as it first runs."""
+        if tracing.active:
+            emit(TraceKind.CHILD_STARTED, self.path, task_path(task, self))
+
+    def _child_ready(self, task: trio.lowlevel.Task) -> None:
+        """Trace a child started with `start` as it reports itself ready."""
+        self._child_started(task)
+
+    def _child_ended(self, task: trio.lowlevel.Task, exc: BaseException | None) -> None:
+        """Record and trace a child's end."""
+        cancellation = self._cancellation
+        if cancellation is None and not tracing.active:
+            self._forget(task)
+            return
+        outcome = outcome_of(exc, self._levels)
+        if tracing.active:
             emit(
                 TraceKind.CHILD_ENDED,
-                self._path,
-                task_path(task, self._path),
+                self.path,
+                task_path(task, self),
                 outcome=outcome,
                 detail=repr(exc) if outcome is ChildOutcome.RAISED else None,
             )
-        notes = self._notes.pop(task, None)
+        abandoned, notes = self._forget(task)
+        if cancellation is not None and cancellation.child_ended(
+            task, exc, outcome, abandoned, notes
+        ):
+            self._cancel_finished()
+
+    def _start_failed(self, task: trio.lowlevel.Task) -> None:
+        """Forget a child that ended before it was ready: it was never ours."""
+        self._forget(task)
+        cancellation = self._cancellation
+        if cancellation is not None and cancellation.finish_if_done():
+            self._cancel_finished()
+
+    def _name_task(self, task: trio.lowlevel.Task) -> str:
+        return self._child_notes().name(task)
+
+    def _forget(
+        self, task: trio.lowlevel.Task
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        # (abandoned, notes) of the child that ended
+        return ((), ()) if self._notes is None else self._notes.forget(task)
+
+    def _child_notes(self) -> ChildNotes:
+        if self._notes is None:
+            self._notes = ChildNotes()
+            self._watch_children()  # to forget them when the children end
+        return self._notes
+
+    # -- internals --------------------------------------------------------------
+
+    def _check_caller(self, method: str) -> None:
+        if not in_trio_run(self._token):
+            raise RuntimeError(
+                f"Bundle.{method}() must be called from the Trio run that owns "
+                f"bundle {self._name!r}; from another thread use "
+                f"trio.from_thread.run(bundle.{method}, grace)"
+            )
+        caller = trio.lowlevel.current_task()
+        if is_inside(caller, self._levels.inner, self.parent_task):
+            raise RuntimeError(
+                f"Bundle.{method}() was called from {caller!r}, "
+                f"which runs inside bundle {self._name!r} and would wait for "
+                f"itself; call it from the task that owns the bundle, or use "
+                f"bundle.cancel_scope.cancel() for a hard cancel"
+            )
+
+    async def _cancel(self, grace: float) -> CancelReport:
+        now = trio.current_time()
         cancellation = self._cancellation
         if cancellation is None:
-            return
-        if member:
-            now = trio.current_time()
-            cancellation.ended.append(
-                ChildEnd(
-                    name=task.name,
-                    outcome=outcome,
-                    ended_at=now,
-                    elapsed=now - cancellation.started_at,
-                    error=repr(exc) if outcome is ChildOutcome.RAISED else None,
-                    abandoned=tuple(notes.abandoned) if notes else (),
-                    notes=tuple(notes.notes) if notes else (),
-                )
+            cancellation = self._cancellation = Cancellation(
+                self._levels, self._name, self.path, started_at=now
             )
-        if self._live == 0 and cancellation.report is None:
-            self._finish_cancel(cancellation)
-
-    def _child_ready(self, scope: trio.CancelScope) -> None:
-        # From here on the child is under the inner nursery's scope.
-        self._start_scopes.discard(scope)
+            if self._phase.phase is BundlePhase.OPEN:
+                self._phase.move_to(BundlePhase.CANCELLING)
+            self._watch_children()
+        cancellation.move_deadline(now + grace)
         if tracing.active:
-            self._trace_child_started()
-
-    def _trace_child_started(self) -> None:
-        task = trio.lowlevel.current_task()
-        emit(TraceKind.CHILD_STARTED, self._path, task_path(task, self._path))
-
-    async def _run_child(
-        self, async_fn: Callable[..., Awaitable[object]], args: tuple[object, ...]
-    ) -> None:
-        if tracing.active:
-            self._trace_child_started()
-        try:
-            await async_fn(*args)
-        except BaseException as exc:
-            self._child_ended(exc)
-            raise
-        if self._cancellation is None and not self._notes and not tracing.active:
-            self._live -= 1  # the common case, kept cheap
-        else:
-            self._child_ended(None)
-
-    async def _run_starting_child(
-        self,
-        async_fn: Callable[..., Awaitable[object]],
-        args: tuple[object, ...],
-        *,
-        task_status: trio.TaskStatus[Any],
-    ) -> None:
-        scope = trio.CancelScope(deadline=self._hard_deadline)
-        if self._hard_cancelled_at is not None:
-            scope.cancel(f"bundle {self._name!r} was already hard-cancelled")
-        status = ForwardingTaskStatus(
-            task_status, functools.partial(self._child_ready, scope)
-        )
-        self._start_scopes.add(scope)
-        with scope:
-            try:
-                await async_fn(*args, task_status=status)
-            except BaseException as exc:
-                self._start_scopes.discard(scope)
-                self._child_ended(exc, member=status.started_called)
-                raise
-        self._start_scopes.discard(scope)
-        self._child_ended(None, member=status.started_called)
-        if scope.cancelled_caught and not status.started_called:
-            raise RuntimeError(
-                f"bundle {self._name!r} was hard-cancelled before "
-                f"{trio.lowlevel.current_task().name!r} called task_status.started()"
+            emit(
+                TraceKind.CANCEL_STARTED,
+                self.path,
+                task_path(trio.lowlevel.current_task()),
+                grace=grace,
+                deadline=cancellation.deadline,
             )
+        if cancellation.finish_if_done():
+            self._cancel_finished()
+        return await cancellation.wait()
+
+    def _cancel_finished(self) -> None:
+        self._phase.close("cancel() has finished")
+
+    def _opened(self) -> None:
+        register(self, self.parent_task, self._levels.inner)
+        if tracing.active:
+            emit(TraceKind.BUNDLE_OPENED, self.path)
+
+    def _stop_fanout(self) -> StopFanout:
+        if self._fanout is None:
+            self._fanout = StopFanout(self.path)
+        return self._fanout
+
+    def _block_exited(self) -> None:
+        # Every child has ended: nothing more to watch (and no cycle to keep).
+        self._levels.events = None
+        self._phase.close("its block has exited")
+        unregister(self, self.parent_task, self._levels.inner)
+        if tracing.active:
+            emit(TraceKind.BUNDLE_CLOSED, self.path)
 
 
 @final
 class _BundleManager:
     """The async context manager returned by `open_bundle`."""
 
-    # Written by hand rather than with @asynccontextmanager, as Trio does for
-    # nurseries, to keep tracebacks short and exceptions unwrapped.
+    __slots__ = ("_bundle", "_levels", "_name")
 
     def __init__(self, name: str | None) -> None:
         self._name = name
-        self._nursery_manager = trio.open_nursery()
-        self._ready = trio.Event()
-        self._body_done = trio.Event()
-        self._inner: trio.Nursery | None = None
-        self._children_error: BaseException | None = None
+        self._levels = open_two_level()
         self._bundle: Bundle | None = None
-
-    async def _host(self) -> None:
-        try:
-            async with trio.open_nursery() as inner:
-                self._inner = inner
-                self._ready.set()
-                # Only the end of the body ends the host: a hard cancel of the
-                # children must leave the inner nursery open for late starters.
-                with trio.CancelScope(shield=True):
-                    await self._body_done.wait()
-        except BaseException as exc:
-            self._children_error = exc
-            raise
 
     @trio.lowlevel.enable_ki_protection
     async def __aenter__(self) -> Bundle:
-        outer = await self._nursery_manager.__aenter__()
         task = trio.lowlevel.current_task()
         name = self._name if self._name is not None else f"bundle in {task.name}"
-        outer.start_soon(self._host, name=f"<host of bundle {name!r}>")
-        # The host only opens a nursery and reports back, so the shield can't
-        # hang; it keeps entering a bundle free of cancel points, like a nursery.
-        with trio.CancelScope(shield=True):
-            await self._ready.wait()
-        assert self._inner is not None
-        self._bundle = Bundle._create(  # pyright: ignore[reportPrivateUsage]
+        self._levels.owner = f"bundle {name!r}"
+        levels = await self._levels.__aenter__()
+        bundle = self._bundle = Bundle._create(  # pyright: ignore[reportPrivateUsage]
             name,
-            bundle_path(task, name),
-            outer,
-            self._inner,
+            levels,
             trio.lowlevel.current_trio_token(),
+            enclosing_bundle(task),
+            PhaseRecord(name),
         )
-        self._bundle._opened()  # pyright: ignore[reportPrivateUsage]
-        return self._bundle
+        bundle._opened()  # pyright: ignore[reportPrivateUsage]
+        return bundle
 
     @trio.lowlevel.enable_ki_protection
     async def __aexit__(
@@ -843,75 +556,12 @@ class _BundleManager:
         etype: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> bool | None:
         assert self._bundle is not None
-        self._body_done.set()
         try:
-            return bool(await self._nursery_manager.__aexit__(etype, exc, tb))
-        except BaseException as raised:
-            replacement = self._rewrite(raised, exc)
-            if replacement is exc:
-                return False
-            if replacement is raised:
-                raise
-            old_context = raised.__context__
-            try:
-                raise replacement
-            finally:
-                replacement.__context__ = old_context
-                del replacement, raised
+            return await self._levels.__aexit__(etype, exc, tb)
         finally:
             self._bundle._block_exited()  # pyright: ignore[reportPrivateUsage]
-            # The host's exception holds the host's frame, which holds self:
-            # drop it, or every bundle that raised would become a cycle.
-            self._children_error = None
-
-    def _rewrite(
-        self, raised: BaseException, body_exc: BaseException | None
-    ) -> BaseException:
-        """Give the error leaving the bundle the shape a plain nursery's has.
-
-        The children's exceptions arrive as one group from the host task; they
-        are spliced into the outer group. A group holding nothing but
-        Cancelled becomes a single Cancelled, so that callers cancelled out
-        of a bundle see a plain `trio.Cancelled`.
-        """
-        outer = as_group(raised)
-        if outer is None:
-            return raised
-        flat = outer
-        inner = as_group(self._children_error)
-        if inner is not None:
-            # The outer cancel scope may have rebuilt the host's group while
-            # stripping Cancelled, so recognise it by its leaves, which are
-            # never copied.
-            inner_leaves = _leaf_ids(inner)
-            leaves: list[BaseException] = []
-            for e in outer.exceptions:
-                group = as_group(e)
-                if group is not None and _leaf_ids(group) <= inner_leaves:
-                    leaves.extend(group.exceptions)
-                else:
-                    leaves.append(e)
-            flat = outer.derive(leaves)
-            flat.__traceback__ = outer.__traceback__
-            flat.__cause__ = outer.__cause__
-            flat.__suppress_context__ = outer.__suppress_context__
-            if hasattr(outer, "__notes__"):
-                flat.__notes__ = list(outer.__notes__)
-        if is_cancellation(flat):
-            if isinstance(body_exc, trio.Cancelled):
-                return body_exc
-            return first_leaf(flat)
-        return flat
-
-
-def _leaf_ids(group: BaseExceptionGroup[BaseException]) -> set[int]:
-    ids: set[int] = set()
-    for e in group.exceptions:
-        sub = as_group(e)
-        ids.update(_leaf_ids(sub) if sub is not None else [id(e)])
-    return ids
 
 
 def open_bundle(*, name: str | None = None) -> _BundleManager:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable
-from typing import cast
+from typing import Literal, cast
 
 import attrs
+
+from ._util import check_signal
 
 
 def _check_status(
@@ -105,9 +107,56 @@ class ExitCodes:
                 ran out, or a second signal came).
             grace_ran_out (bool): Whether it was forced by the grace running
                 out, not by a signal (see `clean_after_grace`).
+
+        Raises:
+            TypeError: if ``signum`` is not an int.
+            ValueError: if ``signum`` is not a valid signal number.
         """
+        check_signal(signum, argument="signum")
         if signum in self.clean_signals and (
             not forced or (grace_ran_out and self.clean_after_grace)
         ):
             return self.ok
         return 128 + signum
+
+
+@attrs.frozen
+class Ending:
+    """How a run ended: the facts `exit_status` chooses the status from."""
+
+    failure: Literal["error", "startup"] | None = None
+    """The first failure: after the program was ready, or during startup."""
+
+    system_exit: tuple[object] | None = None
+    """``(code,)`` of a `SystemExit` raised by ``main`` or a root task."""
+
+    first_signal: int | None = None
+    """The signal that began the shutdown, if one did."""
+
+    forced_by: Literal["grace", "signal"] | None = None
+    """Whether the shutdown was forced, and by what."""
+
+
+def exit_status(codes: ExitCodes, ending: Ending) -> int:
+    """The exit status of a run that ended as ``ending`` says.
+
+    A failure wins, then `SystemExit` (its code as Python would use it, and
+    `ExitCodes.error` for a message), then the first signal, else
+    `ExitCodes.ok`.
+    """
+    if ending.failure is not None:
+        return codes.startup_failed if ending.failure == "startup" else codes.error
+    if ending.system_exit is not None:
+        (code,) = ending.system_exit
+        if code is None:
+            return codes.ok
+        if isinstance(code, int):
+            return code
+        return codes.error  # as Python does for SystemExit("message")
+    if ending.first_signal is not None:
+        return codes.after_signal(
+            ending.first_signal,
+            forced=ending.forced_by is not None,
+            grace_ran_out=ending.forced_by == "grace",
+        )
+    return codes.ok

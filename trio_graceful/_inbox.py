@@ -24,8 +24,9 @@ import trio
 from outcome import Error, Value
 from trio.lowlevel import Task
 
+from ._paths import enclosing_bundle_path, task_path
 from ._stop import STOP, StopType
-from ._trace import TraceKind, emit, enclosing_bundle_path, task_path, tracing
+from ._trace import TraceKind, emit, tracing
 from ._util import NoPublicConstructor, check_buffer_size
 
 if TYPE_CHECKING:

@@ -5,25 +5,30 @@ redirection work exactly as there. What it adds is the bundle's rules: STOP
 sends the process a signal of the caller's choice (SIGTERM by default), the
 grace is its time to exit, and at the hard cancel it gets SIGKILL. How the
 process ended is noted in the `CancelReport` (`ChildEnd.notes`).
+
+Signals travel by process group, so the process gets a session and a group
+of its own by default: the terminal's Ctrl+C, sent to the program's group,
+then reaches the program, whose bundle passes it on as STOP within the
+grace, instead of killing the process at once. The bundle's signals go to
+the process's group in turn, so what the process started (a shell's
+commands) gets them too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, cast, final
 
 import attrs
 import trio
 
-from ._bundle import check_child_of, is_cancellation
+from ._bundle import is_cancellation
+from ._caller import bundle_of_caller
 from ._util import check_signal, first_leaf, signal_name
-
-if sys.version_info < (3, 11):  # pragma: no cover
-    pass
 
 if TYPE_CHECKING:
     from _typeshed import StrOrBytesPath
@@ -40,6 +45,9 @@ class _ProcessWatch(trio.TaskStatus[trio.Process]):
     # The caller's task_status, when run_process was started with start().
     outer_status: trio.TaskStatus[trio.Process]
     process: trio.Process | None = None
+    # Whether the process leads a process group of its own, which is then
+    # signalled as a whole.
+    group: bool = False
     stop_requested: bool = False
     stop_sent: bool = False
     killed: bool = False
@@ -47,6 +55,10 @@ class _ProcessWatch(trio.TaskStatus[trio.Process]):
     def started(self, value: trio.Process | None = None) -> None:
         assert value is not None
         self.process = value
+        # Popen returns once the program runs, so its group is settled. The
+        # process cannot have been reaped yet: the pid is still its own.
+        with contextlib.suppress(ProcessLookupError):
+            self.group = os.getpgid(value.pid) == value.pid
         if self.stop_requested:
             self._send_stop()  # STOP came while the process was starting
         if self.outer_status is not trio.TASK_STATUS_IGNORED:
@@ -58,16 +70,30 @@ class _ProcessWatch(trio.TaskStatus[trio.Process]):
             self._send_stop()
 
     def _send_stop(self) -> None:
-        assert self.process is not None
-        if self.process.returncode is None:
-            self.process.send_signal(self.stop_signal)
+        if self._signal(self.stop_signal):
             self.stop_sent = True
 
     async def kill(self, process: trio.Process) -> None:
         # trio.run_process's deliver_cancel: the grace is over, no more asking.
-        if process.returncode is None:
-            process.kill()
+        if self._signal(signal.SIGKILL):
             self.killed = True
+
+    def _signal(self, signum: int) -> bool:
+        """Send ``signum`` to the process (and its group); False if it has ended."""
+        process = self.process
+        assert process is not None
+        # returncode reaps a process that has ended, so a pid still unreaped
+        # here cannot have been reused by another process.
+        if process.returncode is not None:
+            return False
+        if self.group:
+            try:
+                os.killpg(process.pid, signum)
+            except ProcessLookupError:  # pragma: no cover - ended meanwhile
+                return False
+        else:
+            process.send_signal(signum)
+        return True
 
     def describe(self) -> str | None:
         """How the process ended, for the report; None if it never ran."""
@@ -92,6 +118,25 @@ class _ProcessWatch(trio.TaskStatus[trio.Process]):
         return self.stop_sent and self.process.returncode == -self.stop_signal
 
 
+def _check_command(command: object) -> None:
+    """Refuse a command that names no program, before anything starts."""
+    path_types = (str, bytes, os.PathLike)
+    parts: Sequence[object]
+    if isinstance(command, path_types):
+        parts = (cast("object", command),)
+    elif isinstance(command, Sequence) and all(
+        isinstance(part, path_types) for part in cast("Sequence[object]", command)
+    ):
+        parts = cast("Sequence[object]", command)
+    else:
+        raise TypeError(
+            f"command must be a string, bytes, a path or a sequence of them, "
+            f"not {command!r}"
+        )
+    if not parts or not os.fspath(cast("str", parts[0])):
+        raise ValueError(f"command must name a program to run, not {command!r}")
+
+
 def _program(args: object) -> str:
     if isinstance(args, (str, bytes)):
         first = os.fsdecode(args).split(maxsplit=1)[0] if args else ""
@@ -101,10 +146,11 @@ def _program(args: object) -> str:
 
 
 async def run_process(
-    bundle: Bundle,
     command: StrOrBytesPath | Sequence[StrOrBytesPath],
     *,
+    bundle: Bundle | None = None,
     stop_signal: int = signal.SIGTERM,
+    start_new_session: bool = True,
     stdin: bytes | bytearray | memoryview | int | IO[Any] | None = b"",
     capture_stdout: bool = False,
     capture_stderr: bool = False,
@@ -112,7 +158,7 @@ async def run_process(
     task_status: trio.TaskStatus[trio.Process] = trio.TASK_STATUS_IGNORED,
     **options: object,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``command`` in a subprocess as part of ``bundle``, and wait for it.
+    """Run ``command`` in a subprocess as a child of a bundle, and wait for it.
 
     This is `trio.run_process` under the bundle's rules:
 
@@ -121,15 +167,24 @@ async def run_process(
     * When the child is hard-cancelled (the grace ran out, or anything else
       cancelled it), the process gets SIGKILL at once; `run_process` waits
       for it to die, then raises `trio.Cancelled`.
-    * If the process ends during a cancellation of ``bundle``, how it ended
+    * If the process ends during a cancellation of the bundle, how it ended
       is noted in its `ChildEnd.notes`, for instance ``"process 4242
       (worker): got SIGTERM on STOP; exited with status 0"``.
+    * The process starts in a session, and so a process group, of its own
+      (``start_new_session=True``), so the signals a terminal sends to the
+      foreground process group (Ctrl+C) reach the program, not the process:
+      it hears of them from the bundle, as STOP. Both signals go to the
+      process's whole group, so what a ``sh -c`` command started gets them
+      too. With ``start_new_session=False`` (or a ``process_group`` other
+      than 0) the process shares a group with others, and only the process
+      itself is signalled.
 
-    Call it from a child of ``bundle`` (``bundle.start_soon(run_process,
-    bundle, cmd)`` or from inside one), or start it with
-    ``process = await bundle.start(run_process, bundle, cmd, ...)`` to get
-    the `trio.Process` back as soon as it runs, with pipes to talk to it
-    (``stdin=subprocess.PIPE``, ``stdout=subprocess.PIPE``).
+    Start it as a child (``bundle.start_soon(run_process, cmd)``) or call it
+    from one; the bundle is the one the calling task is a child of, unless
+    ``bundle=`` names it. Start it with ``process = await
+    bundle.start(run_process, cmd)`` to get the `trio.Process` back as soon
+    as it runs, with pipes to talk to it (``stdin=subprocess.PIPE``,
+    ``stdout=subprocess.PIPE``).
 
     ``stdin``, ``capture_stdout``, ``capture_stderr``, ``check`` and
     ``**options`` mean what they mean for `trio.run_process`, with one
@@ -137,12 +192,15 @@ async def run_process(
     ``stop_signal`` and died of it has done what it was asked, and is not an
     error.
 
-    This is a checkpoint.
+    Every argument is checked before anything starts. This is a checkpoint.
 
     Args:
-        bundle (Bundle): The bundle whose child runs the process.
         command (list or str): The command, as for `trio.run_process`.
+        bundle (Bundle or None): The bundle whose child runs the process;
+            `None` (the default) means the calling task's own bundle.
         stop_signal (int): The signal sent on STOP; SIGTERM by default.
+        start_new_session (bool): Start the process in a new session and
+            process group (the default), as for `subprocess.Popen`.
         stdin: The process's input, as for `trio.run_process`.
         capture_stdout (bool): Capture the standard output.
         capture_stderr (bool): Capture the standard error.
@@ -157,14 +215,33 @@ async def run_process(
         subprocess.CompletedProcess: the return code and captured output.
 
     Raises:
-        TypeError: if ``stop_signal`` is not an integer.
-        ValueError: if ``stop_signal`` is not a valid signal, or a pipe is
-            asked for without `Bundle.start`.
-        RuntimeError: if the calling task is not a child of ``bundle``.
+        TypeError: if ``command``, ``bundle``, ``stop_signal``, ``stdin`` or
+            a flag has the wrong type.
+        ValueError: if ``command`` is empty, ``stop_signal`` is not a valid
+            signal, or a pipe is asked for without `Bundle.start`.
+        RuntimeError: if the calling task is not a child of the bundle.
         subprocess.CalledProcessError: if ``check`` and the process failed.
         OSError: if the process could not be started.
     """
+    _check_command(command)
     stop = check_signal(stop_signal, argument="stop_signal")
+    flags = {
+        "start_new_session": start_new_session,
+        "capture_stdout": capture_stdout,
+        "capture_stderr": capture_stderr,
+        "check": check,
+    }
+    for argument, value in flags.items():
+        if not isinstance(cast("object", value), bool):
+            raise TypeError(f"{argument} must be True or False, not {value!r}")
+    if isinstance(stdin, bool) or not (
+        stdin is None
+        or isinstance(stdin, (bytes, bytearray, memoryview, int))
+        or hasattr(stdin, "fileno")
+    ):
+        raise TypeError(
+            f"stdin must be bytes, a file descriptor, a file or None, not {stdin!r}"
+        )
     if task_status is trio.TASK_STATUS_IGNORED:
         pipes = {"stdin": stdin, **options}
         for stream in ("stdin", "stdout", "stderr"):
@@ -174,7 +251,7 @@ async def run_process(
                     f"bundle.start(run_process, ...), which returns the "
                     f"Process and its pipes"
                 )
-    check_child_of(bundle, "run_process")
+    bundle = bundle_of_caller(bundle, "run_process")
     watch = _ProcessWatch(stop, task_status)
 
     try:
@@ -186,6 +263,7 @@ async def run_process(
                 capture_stderr=capture_stderr,
                 check=False,
                 deliver_cancel=watch.kill,
+                start_new_session=start_new_session,
                 task_status=watch,
                 **cast("dict[str, Any]", options),
             )

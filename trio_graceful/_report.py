@@ -233,10 +233,15 @@ class CancelReport:
         """Return how many children ended with ``outcome``."""
         return sum(1 for c in self.children if c.outcome is outcome)
 
-    def summary(self) -> str:
-        """Return a one-line, human-readable summary of the report."""
+    def summary(self, *, name: str | None = None) -> str:
+        """Return a one-line, human-readable summary of the report.
+
+        Args:
+            name (str or None): What to call the bundle, such as its path;
+                its `bundle` name by default.
+        """
         return (
-            f"bundle {self.bundle!r}: "
+            f"bundle {self.bundle if name is None else name!r}: "
             f"{self.count(ChildOutcome.FINISHED)} finished, "
             f"{self.count(ChildOutcome.CANCELLED)} hard-cancelled, "
             f"{self.count(ChildOutcome.RAISED)} raised, "

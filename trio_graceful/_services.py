@@ -66,11 +66,12 @@ class ServiceStack:
         bundle: The bundle the services run in; it must outlive every caller
             of `start`.
         on_failure: Called with a service's name and exception when a service
-            that was ready raises; the exception goes no further.
+            that was ready raises an `Exception` or `SystemExit`; the
+            exception goes no further.
     """
 
     def __init__(
-        self, bundle: Bundle, on_failure: Callable[[str, Exception], object]
+        self, bundle: Bundle, on_failure: Callable[[str, BaseException], object]
     ) -> None:
         self._bundle = bundle
         self._on_failure = on_failure
@@ -171,7 +172,7 @@ class ServiceStack:
         status = ForwardingTaskStatus(task_status)
         try:
             await async_fn(inbox, *args, task_status=status)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             if not status.started_called:
                 raise  # to the caller of start()
             self._on_failure(entry.name, exc)

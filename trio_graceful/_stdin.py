@@ -44,6 +44,8 @@ import trio
 from ._util import NoPublicConstructor
 
 _CHUNK: Final = 65536
+# File descriptors are C ints.
+_FD_LIMIT: Final = 2**31
 
 
 @final
@@ -182,13 +184,15 @@ def open_stdin_lines(*, fd: int = 0) -> StdinLines:
 
     Raises:
         TypeError: if ``fd`` is not an int.
-        ValueError: if ``fd`` is negative.
+        ValueError: if ``fd`` is negative or too large to be a descriptor.
         OSError: if ``fd`` is not an open file descriptor.
     """
     if isinstance(fd, bool) or not isinstance(cast("object", fd), int):
         raise TypeError(f"fd must be an int, not {fd!r}")
     if fd < 0:
         raise ValueError(f"fd must be >= 0, not {fd!r}")
+    if fd >= _FD_LIMIT:
+        raise ValueError(f"fd must be < {_FD_LIMIT}, not {fd!r}")
     mode = os.fstat(fd).st_mode
     pollable = (
         stat.S_ISFIFO(mode)

@@ -28,8 +28,8 @@ import attrs
 import trio
 
 from ._admission import AdmissionGate, BusyError, check_positive_int
-from ._bundle import check_child_of
-from ._util import NoPublicConstructor, check_name
+from ._caller import bundle_of_caller
+from ._util import NoPublicConstructor, check_name, check_seconds, is_async_def
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -70,12 +70,20 @@ class StopFlag(metaclass=NoPublicConstructor):
         Call it from the thread, never from Trio code (it blocks).
 
         Args:
-            timeout (float or None): Seconds to wait at most; `None` waits
-                until the flag is set.
+            timeout (float or None): Seconds to wait at most; `None` (or
+                `math.inf`) waits until the flag is set.
 
         Returns:
             bool: True if the flag is set.
+
+        Raises:
+            TypeError: if ``timeout`` is not a number or None.
+            ValueError: if ``timeout`` is negative or NaN.
         """
+        if timeout is not None:
+            timeout = check_seconds("timeout", timeout)
+            if timeout > threading.TIMEOUT_MAX:
+                timeout = None  # longer than the platform can wait: for ever
         return self._event.wait(timeout)
 
 
@@ -106,14 +114,19 @@ class ThreadBudgetStatistics:
 @final
 @attrs.define(eq=False, repr=False)
 class ThreadBudget:
-    """At most ``total_tokens`` threads at once, abandoned threads included.
+    """At most ``total_tokens`` threads at once, telling which are abandoned.
 
-    A `trio.CapacityLimiter` with accounting for abandoned threads: pass it
-    to `run_in_thread` as ``budget=``. A thread takes a token before it
-    starts (the call waits for one, cancellably) and gives it back when it
-    has really finished, which for an abandoned thread may be long after its
-    caller was cancelled. So the budget is never exceeded, whatever is
-    cancelled when.
+    A thread limiter for `run_in_thread` (``budget=``) and
+    `trio.to_thread.run_sync` (``limiter=``). A thread takes a token before
+    it starts (the call waits for one, cancellably) and gives it back when
+    it has really finished, which for an abandoned thread may be long after
+    its caller was cancelled. That much holds for any `trio.CapacityLimiter`,
+    Trio's default thread limiter included: `trio.to_thread.run_sync`
+    releases the token only when the thread returns. What a budget adds is
+    the accounting a `trio.CapacityLimiter` cannot do, since it does not
+    know which of its borrowers were abandoned: `statistics` tells how many
+    of the running threads are abandoned ones, how many were abandoned in
+    all, and the most that ran at once.
 
     Put an `AdmissionGate` in front of each endpoint as well, so that a burst
     on one endpoint is refused at its gate instead of queueing for the
@@ -220,18 +233,19 @@ class _ThreadCall:
 
 
 async def run_in_thread(
-    bundle: Bundle,
     sync_fn: Callable[[StopFlag, Unpack[PosArgT]], R],
     *args: Unpack[PosArgT],
+    bundle: Bundle | None = None,
     name: str | None = None,
     budget: ThreadBudget | None = None,
     gate: AdmissionGate | None = None,
 ) -> R:
-    """Run ``sync_fn(stop_flag, *args)`` in a thread, as part of ``bundle``.
+    """Run ``sync_fn(stop_flag, *args)`` in a thread, as a child of a bundle.
 
-    Call it from a child of ``bundle`` (``bundle.start_soon(run_in_thread,
-    bundle, fn)``, or from inside one). The thread is told about a graceful
-    shutdown and cannot hide from a hard one:
+    Start it as a child (``bundle.start_soon(run_in_thread, fn)``) or call it
+    from one. The bundle is the one the calling task is a child of, unless
+    ``bundle=`` names it. The thread is told about a graceful shutdown and
+    cannot hide from a hard one:
 
     * When STOP reaches the child (`Bundle.shutdown`), ``stop_flag`` (a
       `StopFlag`) is set. A function that checks it at safe points can
@@ -242,20 +256,22 @@ async def run_in_thread(
       abandon_on_cancel=True)``. A thread cannot be killed, so it runs on:
       the flag is set, the thread is recorded with `Bundle.note_abandoned`
       (``"thread 'name'"`` in `ChildEnd.abandoned` and
-      `CancelReport.abandoned`), and it keeps its budget token and gate
+      `CancelReport.abandoned`), and it keeps its thread token and gate
       place until it returns. Its result or exception is then discarded.
       In the thread, `trio.from_thread.check_cancelled` raises once it has
       been abandoned.
 
-    A function that needs no flag can ignore it: ``run_in_thread(bundle,
-    lambda _flag: blocking_call(x))``.
+    A function that needs no flag can ignore it: ``run_in_thread(lambda
+    _flag: blocking_call(x))``.
 
-    This is a checkpoint, also when the gate refuses the call.
+    Every argument is checked before anything starts. This is a checkpoint,
+    also when the gate refuses the call.
 
     Args:
-        bundle (Bundle): The bundle whose child calls this.
         sync_fn: A synchronous function; it gets the `StopFlag` first.
         *args: More positional arguments for ``sync_fn``.
+        bundle (Bundle or None): The bundle whose child calls this; `None`
+            (the default) means the calling task's own bundle.
         name (str or None): The thread's name, also used in the report;
             defaults to ``"<function name> from <task name>"``.
         budget (ThreadBudget or None): The budget to take a token from;
@@ -268,16 +284,19 @@ async def run_in_thread(
 
     Raises:
         BusyError: if ``gate`` is full; nothing was started.
-        RuntimeError: if the calling task is not a child of ``bundle``.
-        TypeError: if ``name``, ``budget`` or ``gate`` has the wrong type.
+        RuntimeError: if the calling task is not a child of the bundle.
+        TypeError: if ``sync_fn`` is not a synchronous function, or
+            ``bundle``, ``name``, ``budget`` or ``gate`` has the wrong type.
         Exception: whatever ``sync_fn`` raised.
     """
+    if not callable(cast("object", sync_fn)) or is_async_def(sync_fn):
+        raise TypeError(f"sync_fn must be a synchronous function, not {sync_fn!r}")
     check_name(name)
     if budget is not None and not isinstance(cast("object", budget), ThreadBudget):
         raise TypeError(f"budget must be a ThreadBudget or None, not {budget!r}")
     if gate is not None and not isinstance(cast("object", gate), AdmissionGate):
         raise TypeError(f"gate must be an AdmissionGate or None, not {gate!r}")
-    check_child_of(bundle, "run_in_thread")
+    bundle = bundle_of_caller(bundle, "run_in_thread")
     if name is None:
         task_name = trio.lowlevel.current_task().name
         name = f"{getattr(sync_fn, '__name__', repr(sync_fn))} from {task_name}"

@@ -8,15 +8,11 @@ built unless a hook is installed in the current Trio run: the hot paths only
 read one module-level counter. Keeping events (`Trace`), drawing and
 exporting them are layers above, in ``_recording``, ``_plot`` and
 ``_chrome``.
-
-The registry that gives bundles and tasks their paths sits at the bottom of
-this module for now.
 """
 
 from __future__ import annotations
 
 import enum
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,7 +28,9 @@ from ._jsonform import (
     str_from_json,
     wall,
 )
-from ._log import logger as logger  # re-exported for the bundle module
+from ._log import (
+    logger as logger,
+)  # re-exported until _cancellation and _stopfanout import it from _log
 from ._report import ChildOutcome
 
 
@@ -237,109 +235,3 @@ def emit(
         except Exception:
             logger.exception("trace hook %r raised; it has been removed", hook)
             remove_trace_hook(hook)
-
-
-# -- paths in the tree of bundles ------------------------------------------------------
-#
-# A bundle registers both of its nurseries and the task that runs its body, so
-# that the nearest bundle around any task can be found by walking up Trio's
-# task tree.
-#
-# A task's path is fixed the first time it is asked for. Tasks of one bundle
-# that share a name (every connection handler of a server, say) are told
-# apart as "handler", "handler#2", "handler#3"..., so that each task, and each
-# bundle it opens, has a path of its own.
-
-_path_of_nursery: dict[trio.Nursery, str] = {}
-_body_paths: dict[trio.lowlevel.Task, list[str]] = {}
-_task_paths: weakref.WeakKeyDictionary[trio.lowlevel.Task, str] = (
-    weakref.WeakKeyDictionary()
-)
-# per bundle path: how many open bundles have it, and the task names taken
-_names_taken: dict[str, tuple[int, dict[str, int]]] = {}
-
-
-def enclosing_bundle_path(task: trio.lowlevel.Task, *, bodies: bool = True) -> str:
-    """Return the path of the innermost bundle around ``task``, or ``""``.
-
-    With ``bodies=False`` the bundles whose body ``task`` itself runs are
-    skipped: they are inside the task, not around it.
-    """
-    while True:
-        opened = _body_paths.get(task) if bodies else None
-        if opened:
-            return opened[-1]
-        bodies = True  # every task further up: its bodies are around ``task``
-        nursery = task.parent_nursery or task.eventual_parent_nursery
-        if nursery is None:
-            return ""
-        path = _path_of_nursery.get(nursery)
-        if path is not None:
-            return path
-        task = nursery.parent_task
-
-
-def task_path(task: trio.lowlevel.Task, bundle_path: str | None = None) -> str:
-    """Return ``<bundle path>/<task name>`` for ``task``, the same every time.
-
-    The second task of a bundle with a name already taken there is called
-    ``<name>#2``, and so on.
-    """
-    path = _task_paths.get(task)
-    if path is not None:
-        return path
-    if bundle_path is None:
-        bundle_path = enclosing_bundle_path(task, bodies=False)
-    if not bundle_path:
-        return task.name
-    name = task.name
-    entry = _names_taken.get(bundle_path)
-    if entry is not None:
-        taken = entry[1]
-        count = taken[name] = taken.get(name, 0) + 1
-        if count > 1:
-            name = f"{name}#{count}"
-    path = _task_paths[task] = f"{bundle_path}/{name}"
-    return path
-
-
-def bundle_path(opener: trio.lowlevel.Task, name: str) -> str:
-    """Return the path of a bundle called ``name`` that ``opener`` opens."""
-    opened = _body_paths.get(opener)
-    if opened:
-        # nested directly in the body of another bundle
-        return f"{opened[-1]}/{name}"
-    if enclosing_bundle_path(opener, bodies=False):
-        # opened by a task that runs inside a bundle
-        return f"{task_path(opener)}/{name}"
-    return name
-
-
-def register_bundle(
-    path: str, body: trio.lowlevel.Task, nurseries: tuple[trio.Nursery, ...]
-) -> None:
-    """Record a bundle that has just opened."""
-    _body_paths.setdefault(body, []).append(path)
-    for nursery in nurseries:
-        _path_of_nursery[nursery] = path
-    opened, taken = _names_taken.get(path, (0, {}))
-    _names_taken[path] = (opened + 1, taken)
-
-
-def unregister_bundle(
-    path: str, body: trio.lowlevel.Task, nurseries: tuple[trio.Nursery, ...]
-) -> None:
-    """Forget a bundle whose block has exited."""
-    bodies = _body_paths[body]
-    # bundles opened in one task exit in reverse order
-    assert bodies[-1] == path
-    bodies.pop()
-    if not bodies:
-        del _body_paths[body]
-    for nursery in nurseries:
-        del _path_of_nursery[nursery]
-    opened, taken = _names_taken[path]
-    if opened == 1:
-        del _names_taken[path]
-    else:
-        _names_taken[path] = (opened - 1, taken)

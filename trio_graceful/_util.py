@@ -49,7 +49,10 @@ def check_seconds(name: str, value: object) -> float:
     # "not >= 0" also catches NaN, which compares false with everything.
     if not value >= 0:
         raise ValueError(f"{name} must be >= 0, not {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond any float: longer than forever
+        return math.inf
 
 
 def check_buffer_size(value: object) -> int | float:

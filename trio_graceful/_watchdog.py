@@ -5,12 +5,20 @@ until a deadline. It ends the process with ``os._exit`` when
 
 * the deadline passes: it is armed for ``grace + unwind budget`` when a
   shutdown begins and for ``unwind budget`` when the shutdown is forced (a
-  hard cancel has to unwind within that budget), always keeping the earliest;
-* the third shutdown signal arrives.
+  hard cancel has to unwind within that budget), always keeping the earliest.
+  If the Trio thread is waiting with nothing to run (an instrument tells),
+  waiting longer is pointless and it exits at once; if the Trio thread is
+  busy (unwinding, or stuck in a blocking call or a loop) it gets up to
+  `BUSY_ALLOWANCE` more. So a program with nothing left to unwind is never
+  killed by a zero budget because its last steps took a few milliseconds;
+* the signal count reaches a step of `ESCALATION` that exits (the third
+  signal, or the second with ``second_signal="exit"``).
 
 It must work when the Trio thread cannot run at all (stuck in a blocking call,
-or in code that never reaches a checkpoint), so it counts signals itself,
-without the Trio thread's help: while the run is going, the watchdog's pipe
+or in code that never reaches a checkpoint), so it sees signals itself,
+without the Trio thread's help, and records them in the run's one
+`Escalation` (which also tells the Trio thread of steps it has missed): while
+the run is going, the watchdog's pipe
 is Python's *signal wakeup fd* (`signal.set_wakeup_fd`). CPython's C-level
 signal handler writes the number of every signal to that fd the moment the
 signal arrives, whatever the main thread is doing. The watchdog counts the
@@ -18,7 +26,9 @@ bytes and passes each one on to the wakeup fd Trio had installed, so Trio's
 own signal handling is unchanged.
 
 Before it exits, it logs one line (``emergency exit: ...``) and writes the
-Trio task tree with await frames and the stack of every thread to stderr.
+Trio task tree with await frames and the stack of every other thread to
+stderr; the frames of trio and trio_graceful are summed up in one line each
+unless `show_internals` is set.
 This reporting runs in a helper thread and gets at most `REPORT_TIMEOUT`
 seconds (logging or a full stderr pipe must not keep the process alive);
 then ``os._exit`` runs regardless.
@@ -32,7 +42,6 @@ that. The report is read while the Trio thread may still run (see
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import logging
 import math
 import os
@@ -41,12 +50,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Collection, Generator
+from collections.abc import Callable, Collection, Generator
 from typing import Final, NoReturn
 
 import trio
 
-from ._tasktree import format_task_tree
+from ._escalation import Escalation, Observer, Step
+from ._exitcodes import Ending, ExitCodes, exit_status
+from ._tasktree import format_task_tree, format_thread_stacks
 from ._util import signal_name
 
 logger = logging.getLogger("trio_graceful.runner")
@@ -54,18 +65,42 @@ logger = logging.getLogger("trio_graceful.runner")
 REPORT_TIMEOUT: Final = 1.0
 """Seconds the emergency report may take before ``os._exit`` runs anyway."""
 
+BUSY_ALLOWANCE: Final = 1.0
+"""Seconds past its deadline the watchdog gives a Trio thread that is busy."""
+
+# How often a busy Trio thread is looked at once its deadline has passed.
+_BUSY_POLL: Final = 0.01
+
+# The longest single wait: select() refuses timeouts beyond the platform's
+# time_t, so a far deadline is waited for in steps.
+_LONGEST_WAIT: Final = 86_400.0
+
 # Signal numbers are never 0, so a 0 byte on the pipe only wakes the thread.
 _WAKE: Final = b"\x00"
 
 
+class _TrioIdle(trio.abc.Instrument):
+    """Knows whether the Trio thread waits for I/O or time with nothing to run."""
+
+    def __init__(self) -> None:
+        self.idle = False  # a plain bool: written by one thread, read by another
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.idle = timeout > 0
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.idle = False
+
+
 class Watchdog:
-    """Ends the process with ``os._exit(exit_code)`` when a shutdown hangs.
+    """Ends the process with ``os._exit`` when a shutdown hangs.
 
     Args:
         grace: The run's grace period, in seconds.
         unwind_budget: Seconds a hard cancel may take to unwind.
         signals: The shutdown signals to count.
-        exit_code: The status ``os._exit`` is given.
+        exit_codes: The run's exit statuses.
+        escalation: The run's signal count, shared with the Trio thread.
     """
 
     def __init__(
@@ -74,16 +109,18 @@ class Watchdog:
         grace: float,
         unwind_budget: float,
         signals: Collection[int],
-        exit_code: int,
+        exit_codes: ExitCodes,
+        escalation: Escalation,
     ) -> None:
         self._grace = grace
         self._unwind_budget = unwind_budget
         self._signals = frozenset(signals)
-        self._exit_code = exit_code
+        self._exit_codes = exit_codes
+        self._escalation = escalation
         self._lock = threading.Lock()
+        self._exiting = threading.Lock()
         self._deadline = math.inf  # time.monotonic()
         self._deadline_reason = ""
-        self._signals_seen = 0
         self._stopping = False
         # Trio's wakeup fd, to which signal bytes are passed on; -1 if none.
         self._forward_fd = -1
@@ -95,6 +132,13 @@ class Watchdog:
         )
         self.root_task: trio.lowlevel.Task | None = None
         """The task whose tree the emergency report shows."""
+        self._trio = _TrioIdle()
+        self.instrument: trio.abc.Instrument = self._trio
+        """Pass it to `trio.run`: it tells the watchdog when Trio is idle."""
+        self.wake_trio: Callable[[], object] | None = None
+        """Thread-safe; asks the Trio thread to catch up on the escalation."""
+        self.show_internals = False
+        """Whether the report shows the frames of trio and trio_graceful."""
 
     def start(self) -> None:
         """Start the thread."""
@@ -128,10 +172,10 @@ class Watchdog:
         )
 
     def _arm(self, seconds: float, reason: str) -> None:
-        # The earliest deadline wins.
-        if seconds == math.inf:
-            return
+        # The earliest deadline wins; an infinite one never comes.
         deadline = time.monotonic() + seconds
+        if deadline == math.inf:
+            return
         with self._lock:
             if deadline >= self._deadline:
                 return
@@ -139,9 +183,24 @@ class Watchdog:
             self._deadline_reason = reason
         self._wake()
 
-    def count_signal(self, signum: int) -> None:
-        """Count a signal that reached the process before the wakeup fd was ours."""
-        self._on_signal(signum)
+    def do_step(self, step: Step, signum: int) -> None:
+        """Do the watchdog's part of an escalation ``step`` caused by ``signum``."""
+        if step is Step.SHUT_DOWN:
+            self.shutdown_began()
+        elif step is Step.FORCE:
+            self.hard_cancel_began()
+        elif step is Step.EXIT_NOW:
+            first = self._escalation.first_signal
+            status = exit_status(
+                self._exit_codes, Ending(first_signal=first, forced_by="signal")
+            )
+            self._exit(f"exiting at once: {signal_name(signum)} again", status)
+        else:
+            self.emergency(f"{signal_name(signum)} received a third time")
+
+    def emergency(self, reason: str) -> NoReturn:
+        """Report what is still running and exit with `ExitCodes.emergency`."""
+        self._exit(f"emergency exit: {reason}", self._exit_codes.emergency, report=True)
 
     @contextlib.contextmanager
     def counting_signals(self) -> Generator[None, None, None]:
@@ -173,11 +232,14 @@ class Watchdog:
                 if self._stopping:
                     return
                 deadline, reason = self._deadline, self._deadline_reason
-            timeout = None
+            timeout = _LONGEST_WAIT
             if deadline != math.inf:
-                timeout = deadline - time.monotonic()
+                timeout = min(timeout, deadline - time.monotonic())
                 if timeout <= 0:
-                    self._emergency(reason)
+                    overdue = -timeout
+                    if self._trio.idle or overdue >= BUSY_ALLOWANCE:
+                        self.emergency(reason)
+                    timeout = min(_BUSY_POLL, BUSY_ALLOWANCE - overdue)
             readable, _, _ = select.select([self._read_fd], [], [], timeout)
             if not readable:
                 continue
@@ -202,27 +264,38 @@ class Watchdog:
                     os.write(self._forward_fd, data)
 
     def _on_signal(self, signum: int) -> None:
-        with self._lock:
-            self._signals_seen += 1
-            seen = self._signals_seen
-        if seen == 1:
-            self.shutdown_began()
-        elif seen == 2:
-            self.hard_cancel_began()
-        else:
-            self._emergency(f"{signal_name(signum)} received a third time")
+        for step in self._escalation.record(Observer.WATCHDOG, signum):
+            self.do_step(step, signum)
+        wake_trio = self.wake_trio
+        if wake_trio is not None and self._escalation.behind(Observer.TRIO):
+            with contextlib.suppress(RuntimeError):  # the run has ended
+                wake_trio()
 
-    def _emergency(self, reason: str) -> NoReturn:
+    def _exit(self, message: str, status: int, *, report: bool = False) -> NoReturn:
+        # Once: the Trio thread and this one may both decide to exit.
+        self._exiting.acquire()
         done = threading.Event()
 
-        def report() -> None:
+        def write_report() -> None:
             try:
-                logger.critical("emergency exit: %s", reason)
-                text = "tasks still running:\n"
-                if self.root_task is not None:
-                    text += format_task_tree(self.root_task)
-                _write_all(2, text.encode(errors="backslashreplace"))
-                faulthandler.dump_traceback(2, all_threads=True)
+                if report:
+                    logger.critical("%s", message)
+                    text = "tasks still running:\n"
+                    if self.root_task is not None:
+                        text += format_task_tree(
+                            self.root_task, internals=self.show_internals
+                        )
+                    # Not this thread nor the watchdog's: their stacks
+                    # only say that an emergency exit is under way.
+                    ours = {self._thread.ident, threading.get_ident()}
+                    text += format_thread_stacks(
+                        skip={i for i in ours if i is not None},
+                        internals=self.show_internals,
+                    )
+                    _write_all(2, text.encode(errors="backslashreplace"))
+                else:
+                    logger.warning("%s", message)
+                logging.shutdown()  # flush what has been logged
                 for stream in (sys.stdout, sys.stderr):
                     if stream is not None:
                         stream.flush()
@@ -233,10 +306,10 @@ class Watchdog:
                 done.set()
 
         threading.Thread(
-            target=report, name="trio_graceful emergency report", daemon=True
+            target=write_report, name="trio_graceful emergency report", daemon=True
         ).start()
         done.wait(REPORT_TIMEOUT)
-        os._exit(self._exit_code)
+        os._exit(status)
 
 
 def _write_all(fd: int, data: bytes) -> None:

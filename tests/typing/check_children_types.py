@@ -43,23 +43,30 @@ async def aio_worker(inbox: AsyncioInbox[int], scale: float) -> float:
 
 
 async def children(bundle: Bundle) -> None:
+    # The bundle is the caller's own by default, or given by keyword.
     data = await run_in_thread(
-        bundle,
         blocking,
         "f",
         3,
+        bundle=bundle,
         name="reader",
         budget=ThreadBudget(4),
         gate=AdmissionGate(2, name="reads"),
     )
     assert_type(data, bytes)
-    await run_in_thread(bundle, blocking, "f", "3")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    await run_in_thread(blocking, "f", "3")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
-    total = await run_asyncio(bundle, aio_worker, 2.0)
+    await run_in_thread(blocking, "f", 3, bundle=5)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+    total = await run_asyncio(aio_worker, 2.0)
     assert_type(total, float)
+    assert_type(await run_asyncio(aio_worker, 2.0, bundle=bundle), float)
 
-    completed = await run_process(bundle, ["true"], capture_stdout=True)
+    completed = await run_process(["true"], capture_stdout=True)
     assert_type(completed, subprocess.CompletedProcess[bytes])
+    await run_process(["true"], bundle=bundle, start_new_session=False)
+    # The bundle is no longer the first positional argument.
+    await run_process(bundle, ["true"])  # type: ignore[arg-type, call-arg]  # pyright: ignore[reportArgumentType, reportCallIssue]
 
 
 def limits() -> None:

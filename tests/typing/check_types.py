@@ -54,3 +54,14 @@ async def bundle_types() -> None:
         assert_type(report, CancelReport)
         tx, rx = bundle.open_inbox()
         del tx, rx
+
+
+async def code_after_a_bundle_block_runs() -> None:
+    # A bundle never swallows an exception a type checker should worry about:
+    # "report" must not be "possibly unbound" after the block.
+    async with open_bundle() as bundle:
+        report = await bundle.shutdown(1)
+    assert_type(report, CancelReport)
+    async with open_bundle() as bundle:
+        default_grace = await bundle.cancel()
+    assert_type(default_grace, CancelReport)

@@ -1,0 +1,251 @@
+"""The runner's tables, driven synchronously: stages, escalation, exit status,
+and the collector's counted deferral.
+
+Each table is checked whole: every legal move and every illegal one (which
+raises and changes nothing), every escalation step done exactly once by each
+observer, and the exit status of every kind of ending.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, strategies as st
+
+from trio_graceful import ExitCodes
+from trio_graceful._escalation import ESCALATION, Escalation, Observer, Step
+from trio_graceful._exitcodes import Ending, exit_status
+from trio_graceful._gcdeferral import NO_FULL_COLLECTIONS, GcHold
+from trio_graceful._stages import (
+    FORCED,
+    ROOT_CLOSED,
+    SHUTTING_DOWN,
+    STAGES,
+    IllegalMoveError,
+    Move,
+    Stage,
+    Stages,
+)
+
+# -- stages ---------------------------------------------------------------------------
+
+
+def at(stage: Stage) -> Stages:
+    """A Stages object driven to ``stage`` along legal moves."""
+    paths = {
+        Stage.RUNNING: [],
+        Stage.DRAINING_ROOT: [Move.SHUT_DOWN],
+        Stage.FORCED_ROOT: [Move.SHUT_DOWN, Move.FORCE],
+        Stage.DRAINING_SERVICES: [Move.SHUT_DOWN, Move.ROOT_CLOSED],
+        Stage.FORCED_SERVICES: [Move.SHUT_DOWN, Move.FORCE, Move.ROOT_CLOSED],
+        Stage.ENDED: [Move.SHUT_DOWN, Move.ROOT_CLOSED, Move.SERVICES_CLOSED],
+        Stage.ENDED_FORCED: [
+            Move.SHUT_DOWN,
+            Move.ROOT_CLOSED,
+            Move.FORCE,
+            Move.SERVICES_CLOSED,
+        ],
+    }
+    stages = Stages()
+    for move in paths[stage]:
+        stages.move(move)
+    assert stages.stage is stage
+    return stages
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+@pytest.mark.parametrize("move", list(Move))
+def test_every_move_from_every_stage(stage, move):
+    stages = at(stage)
+    target = STAGES.get((stage, move))
+    if target is None:
+        with pytest.raises(
+            IllegalMoveError,
+            match=rf"^the runner cannot {move.value} while {stage.value}$",
+        ):
+            stages.move(move)
+        assert stages.stage is stage
+    else:
+        assert stages.move(move) is target
+        assert stages.stage is target
+
+
+def test_what_each_stage_means():
+    assert set(Stage) - {Stage.RUNNING} == SHUTTING_DOWN
+    assert {Stage.FORCED_ROOT, Stage.FORCED_SERVICES, Stage.ENDED_FORCED} == FORCED
+    assert {
+        Stage.DRAINING_SERVICES,
+        Stage.FORCED_SERVICES,
+        Stage.ENDED,
+        Stage.ENDED_FORCED,
+    } == ROOT_CLOSED
+    for stage in Stage:
+        stages = at(stage)
+        assert stages.shutting_down == (stage in SHUTTING_DOWN)
+        assert stages.forced == (stage in FORCED)
+        assert stages.root_closed == (stage in ROOT_CLOSED)
+
+
+def test_forcing_is_kept_to_the_end_and_nothing_leaves_an_end():
+    for (source, _), target in STAGES.items():
+        if source in FORCED:
+            assert target in FORCED
+    ends = {Stage.ENDED, Stage.ENDED_FORCED}
+    assert not [pair for pair in STAGES if pair[0] in ends]
+
+
+# -- escalation -----------------------------------------------------------------------
+
+
+def test_the_escalation_table():
+    assert dict(ESCALATION) == {
+        "force": (Step.SHUT_DOWN, Step.FORCE, Step.EMERGENCY),
+        "exit": (Step.SHUT_DOWN, Step.EXIT_NOW),
+    }
+
+
+def test_a_signal_seen_by_both_observers_counts_once():
+    escalation = Escalation("force")
+    assert escalation.record(Observer.TRIO, signal.SIGINT) == (Step.SHUT_DOWN,)
+    assert escalation.record(Observer.WATCHDOG, signal.SIGINT) == (Step.SHUT_DOWN,)
+    assert escalation.level == 1
+    assert not escalation.behind(Observer.TRIO)
+    assert escalation.record(Observer.WATCHDOG, signal.SIGTERM) == (Step.FORCE,)
+    assert escalation.behind(Observer.TRIO)
+    # CPython called the Python handler once for both: the Trio thread
+    # catches up on what the watchdog saw.
+    assert escalation.catch_up(Observer.TRIO) == (Step.FORCE,)
+    assert escalation.record(Observer.TRIO, signal.SIGTERM) == ()
+    assert escalation.level == 2
+    assert (escalation.first_signal, escalation.last_signal) == (2, 15)
+
+
+def test_early_signals_count_for_both_observers():
+    escalation = Escalation("exit")
+    escalation.record_early(signal.SIGTERM)
+    assert escalation.catch_up(Observer.TRIO) == (Step.SHUT_DOWN,)
+    assert escalation.record(Observer.WATCHDOG, signal.SIGINT) == (
+        Step.SHUT_DOWN,
+        Step.EXIT_NOW,
+    )
+    assert escalation.first_signal == signal.SIGTERM
+
+
+def test_signals_past_the_end_of_the_table_do_nothing_more():
+    escalation = Escalation("exit")
+    for _ in range(2):
+        escalation.record(Observer.TRIO, signal.SIGINT)
+    assert escalation.record(Observer.TRIO, signal.SIGINT) == ()
+    assert escalation.behind(Observer.WATCHDOG)  # it saw none of them yet
+
+
+@st.composite
+def deliveries(draw: st.DrawFn) -> tuple[str, list[Observer]]:
+    """n signals: the watchdog sees each; the Trio thread sees some, merged."""
+    mode = draw(st.sampled_from(["force", "exit"]))
+    n = draw(st.integers(1, 5))
+    trio_sees = draw(st.integers(1, n))
+    events = [Observer.WATCHDOG] * n + [Observer.TRIO] * trio_sees
+    return mode, draw(st.permutations(events))
+
+
+@given(deliveries())
+def test_each_observer_does_each_step_once_in_order(case):
+    mode, events = case
+    escalation = Escalation(mode)  # type: ignore[arg-type]
+    done: dict[Observer, list[Step]] = {o: [] for o in Observer}
+    for observer in events:
+        done[observer] += escalation.record(observer, signal.SIGINT)
+    done[Observer.TRIO] += escalation.catch_up(Observer.TRIO)
+    signals = events.count(Observer.WATCHDOG)
+    expected = list(ESCALATION[mode][:signals])
+    assert done == {Observer.TRIO: expected, Observer.WATCHDOG: expected}
+    assert escalation.level == signals
+
+
+# -- exit status ----------------------------------------------------------------------
+
+CODES = ExitCodes(ok=10, error=11, startup_failed=12, emergency=99)
+LENIENT = ExitCodes(clean_after_grace=True)
+INT, TERM = signal.SIGINT, signal.SIGTERM
+
+EXIT_STATUS_TABLE = [
+    # (codes, ending, status)
+    (CODES, Ending(), 10),
+    (CODES, Ending(failure="error"), 11),
+    (CODES, Ending(failure="startup"), 12),
+    (CODES, Ending(failure="error", system_exit=(3,), first_signal=INT), 11),
+    (CODES, Ending(system_exit=(3,), first_signal=INT, forced_by="signal"), 3),
+    (CODES, Ending(system_exit=(None,)), 10),
+    (CODES, Ending(system_exit=("usage",)), 11),
+    (CODES, Ending(first_signal=TERM), 10),
+    (CODES, Ending(first_signal=TERM, forced_by="grace"), 143),
+    (CODES, Ending(first_signal=TERM, forced_by="signal"), 143),
+    (CODES, Ending(first_signal=INT), 130),
+    (CODES, Ending(first_signal=INT, forced_by="signal"), 130),
+    (CODES, Ending(forced_by="grace"), 10),
+    (LENIENT, Ending(first_signal=TERM, forced_by="grace"), 0),
+    (LENIENT, Ending(first_signal=TERM, forced_by="signal"), 143),
+    (LENIENT, Ending(first_signal=INT, forced_by="grace"), 130),
+]
+
+
+@pytest.mark.parametrize(("codes", "ending", "status"), EXIT_STATUS_TABLE)
+def test_exit_status(codes, ending, status):
+    assert exit_status(codes, ending) == status
+
+
+# -- the collector's deferral ---------------------------------------------------------
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[int, int, int]]:
+    before = gc.get_threshold()
+    enabled = gc.isenabled()
+    yield before
+    gc.set_threshold(*before)
+    if enabled:
+        gc.enable()
+
+
+@pytest.mark.parametrize("last", ["first", "second"])
+def test_overlapping_holds_restore_when_the_last_one_ends(collector, last):
+    a, b = GcHold(), GcHold()
+    a.hold_full_collections()
+    a.hold_pause()
+    b.hold_full_collections()
+    b.hold_pause()
+    assert gc.get_threshold()[2] == NO_FULL_COLLECTIONS
+    assert not gc.isenabled()
+    first, second = (a, b) if last == "second" else (b, a)
+    first.release()
+    assert gc.get_threshold()[2] == NO_FULL_COLLECTIONS
+    assert not gc.isenabled()
+    second.release()
+    assert gc.get_threshold() == collector
+    assert gc.isenabled()
+
+
+def test_holds_are_idempotent_and_release_twice_is_harmless(collector):
+    hold = GcHold()
+    hold.hold_full_collections()
+    hold.hold_full_collections()
+    hold.release()
+    assert gc.get_threshold() == collector
+    hold.release()
+    assert gc.get_threshold() == collector
+
+
+def test_a_collector_turned_off_stays_off(collector):
+    gc.set_threshold(0, collector[1], collector[2])
+    gc.disable()
+    hold = GcHold()
+    hold.hold_full_collections()
+    hold.hold_pause()
+    assert gc.get_threshold() == (0, collector[1], collector[2])
+    hold.release()
+    assert gc.get_threshold() == (0, collector[1], collector[2])
+    assert not gc.isenabled()

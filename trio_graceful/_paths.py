@@ -1,0 +1,219 @@
+"""Where each bundle sits in a Trio run: the per-run map of open bundles, and paths.
+
+Each Trio run keeps, in a `RunVar`, which nursery belongs to which open
+bundle and which bundles each task runs the body of. That is enough to find
+the bundle around any task (`current_bundle`, `enclosing_bundle`) by walking
+up Trio's task tree, and it costs two dictionary updates per bundle, nothing
+per child.
+
+Paths (``root/conn-1/requests``) exist for traces, logs and reports. They are
+worked out only when something asks for one, and cached on the bundle:
+
+* a bundle opened in the body of bundle ``root`` is ``root/name``;
+* one opened by a task that runs inside ``root`` is ``root/<task>/name``;
+* any other bundle is just ``name``.
+
+A task's path is ``<bundle path>/<task name>``. Tasks of one bundle that share
+a name and are alive at the same time are told apart as ``handler``,
+``handler#2``, ``handler#3``... in the order their paths were first asked for.
+A bundle keeps a name only while a task that holds it is alive, so that a
+server's connection bundle does not grow with every connection it served.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+if TYPE_CHECKING:
+    from ._bundle import Bundle
+
+
+@attrs.define(eq=False, slots=True)
+class _OpenBundles:
+    """The open bundles of one Trio run."""
+
+    # The children's nursery of each open bundle.
+    by_nursery: dict[trio.Nursery, Bundle] = attrs.field(
+        factory=dict["trio.Nursery", "Bundle"]
+    )
+    # The bundles whose body each task runs, innermost last.
+    by_body: dict[trio.lowlevel.Task, list[Bundle]] = attrs.field(
+        factory=dict["trio.lowlevel.Task", "list[Bundle]"]
+    )
+    # Paths handed out, so that a task keeps its path in every event.
+    task_paths: weakref.WeakKeyDictionary[trio.lowlevel.Task, str] = attrs.field(
+        factory=weakref.WeakKeyDictionary["trio.lowlevel.Task", str]
+    )
+
+
+_open_bundles: trio.lowlevel.RunVar[_OpenBundles] = trio.lowlevel.RunVar(
+    "trio_graceful open bundles"
+)
+
+
+def _registry() -> _OpenBundles:
+    try:
+        return _open_bundles.get()
+    except LookupError:
+        registry = _OpenBundles()
+        _open_bundles.set(registry)
+        return registry
+
+
+def register(bundle: Bundle, body: trio.lowlevel.Task, nursery: trio.Nursery) -> None:
+    """Record a bundle that has just opened."""
+    registry = _registry()
+    registry.by_nursery[nursery] = bundle
+    registry.by_body.setdefault(body, []).append(bundle)
+
+
+def unregister(bundle: Bundle, body: trio.lowlevel.Task, nursery: trio.Nursery) -> None:
+    """Forget a bundle whose block has exited."""
+    registry = _registry()
+    del registry.by_nursery[nursery]
+    bodies = registry.by_body[body]
+    # bundles opened by one task exit in reverse order
+    assert bodies[-1] is bundle
+    bodies.pop()
+    if not bodies:
+        del registry.by_body[body]
+
+
+def _parent_nursery(task: trio.lowlevel.Task) -> trio.Nursery | None:
+    # A child still starting under start() runs in a temporary nursery of the
+    # caller's; it belongs where it is going.
+    return task.eventual_parent_nursery or task.parent_nursery
+
+
+def enclosing_bundle(task: trio.lowlevel.Task, *, bodies: bool = True) -> Bundle | None:
+    """Return the innermost open bundle around ``task``, or None.
+
+    That is the bundle whose body ``task`` runs, else the bundle whose child
+    ``task`` is (or is about to be, under `Bundle.start`), else the same for
+    the task that opened ``task``'s nursery, and so on up. With
+    ``bodies=False`` the bundles whose body ``task`` itself runs are skipped:
+    they are inside the task, not around it.
+    """
+    registry = _registry()
+    while True:
+        if bodies:
+            opened = registry.by_body.get(task)
+            if opened:
+                return opened[-1]
+        bodies = True  # every task further up: its bodies are around ``task``
+        nursery = _parent_nursery(task)
+        if nursery is None:
+            return None
+        bundle = registry.by_nursery.get(nursery)
+        if bundle is not None:
+            return bundle
+        task = nursery.parent_task
+
+
+def is_inside(task: trio.lowlevel.Task, nursery: trio.Nursery, stop: object) -> bool:
+    """Tell whether ``task`` runs below ``nursery``, looking up as far as ``stop``."""
+    while task is not stop:
+        parent = _parent_nursery(task)
+        if parent is None:
+            return False
+        if parent is nursery:
+            return True
+        task = parent.parent_task
+    return False
+
+
+def current_bundle() -> Bundle:
+    """Return the bundle that the calling task belongs to.
+
+    That is the bundle whose child the calling task is, or whose body it
+    runs; for a task further down (in a plain nursery below a child, say),
+    the nearest bundle up Trio's task tree. Not a checkpoint.
+
+    Raises:
+        RuntimeError: if the calling task is in no bundle, or if called
+            outside a Trio run.
+    """
+    task = trio.lowlevel.current_task()
+    bundle = enclosing_bundle(task)
+    if bundle is None:
+        raise RuntimeError(
+            f"current_bundle() was called from {task.name!r}, which runs in no "
+            f"bundle; pass the bundle explicitly"
+        )
+    return bundle
+
+
+def task_path(task: trio.lowlevel.Task, bundle: Bundle | None = None) -> str:
+    """Return ``<bundle path>/<task name>`` for ``task``, the same every time.
+
+    ``bundle`` is the bundle around ``task`` if the caller knows it.
+    """
+    registry = _registry()
+    path = registry.task_paths.get(task)
+    if path is not None:
+        return path
+    if bundle is None:
+        bundle = enclosing_bundle(task, bodies=False)
+    if bundle is None:
+        return task.name
+    name = bundle._name_task(task)  # pyright: ignore[reportPrivateUsage]
+    path = registry.task_paths[task] = f"{bundle.path}/{name}"
+    return path
+
+
+def enclosing_bundle_path(task: trio.lowlevel.Task, *, bodies: bool = True) -> str:
+    """Return the path of the innermost bundle around ``task``, or ``""``."""
+    bundle = enclosing_bundle(task, bodies=bodies)
+    return "" if bundle is None else bundle.path
+
+
+def bundle_path(opener: trio.lowlevel.Task, name: str, parent: Bundle | None) -> str:
+    """Return the path of a bundle called ``name`` that ``opener`` opened.
+
+    ``parent`` is the bundle that was around ``opener`` (its own bodies
+    included) when it opened the bundle.
+    """
+    if parent is None:
+        return name
+    if parent.parent_task is opener:  # nested directly in the parent's body
+        return f"{parent.path}/{name}"
+    return f"{task_path(opener)}/{name}"
+
+
+@attrs.define(eq=False, slots=True)
+class TaskNames:
+    """The task names a bundle has handed out to tasks still alive.
+
+    ``{name: [highest number given, tasks holding the name]}``. The entry goes
+    when its last holder ends, so the table is as large as the live tasks.
+    """
+
+    _taken: dict[str, list[int]] = attrs.field(factory=dict[str, "list[int]"])
+
+    def take(self, task: trio.lowlevel.Task) -> str:
+        """Return a name for ``task`` that no other live task here has."""
+        name = task.name
+        entry = self._taken.get(name)
+        if entry is None:
+            self._taken[name] = [1, 1]
+            return name
+        entry[0] += 1
+        entry[1] += 1
+        return f"{name}#{entry[0]}"
+
+    def release(self, task: trio.lowlevel.Task) -> None:
+        """Give back the name of ``task``, which has ended, if it took one."""
+        if task not in _registry().task_paths:
+            return
+        entry = self._taken.get(task.name)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._taken[task.name]
+
+    def __bool__(self) -> bool:
+        return bool(self._taken)
