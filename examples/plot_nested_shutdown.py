@@ -6,7 +6,8 @@ The recorded trace, drawn as a timeline, shows the quick requests finishing,
 the slow ones hard-cancelled when the *server's* deadline strikes, and the
 connections' own 20 s deadlines still ahead, never reached.
 
-Run it (on a virtual clock: instant) to get ``nested_shutdown.png``::
+Run it (on a virtual clock: instant) to get ``nested_shutdown.png``, and
+``nested_shutdown.json`` to open at https://ui.perfetto.dev::
 
     python examples/plot_nested_shutdown.py
 
@@ -14,17 +15,28 @@ Needs the ``plot`` extra (matplotlib). Try: give the connections a 5 s grace
 and watch their hard cancels come first.
 """
 
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
 import trio
 import trio.testing
+from matplotlib.figure import Figure
 
 import trio_graceful
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
-async def request(work):
+
+async def request(work: float) -> None:
     await trio.sleep(work)
 
 
-async def connection(inbox, request_grace):
+async def connection(
+    inbox: trio_graceful.InboxReceiver[object], request_grace: float
+) -> None:
     async with trio_graceful.open_bundle(name="requests") as requests:
         for i, work in enumerate((2, 30, 4)):
             requests.start_soon(request, work, name=f"request-{i}")
@@ -32,7 +44,7 @@ async def connection(inbox, request_grace):
         await requests.shutdown(grace=request_grace)
 
 
-async def main(request_grace=20):
+async def main(request_grace: float = 20) -> trio_graceful.Trace:
     with trio_graceful.record_trace() as trace:
         async with trio_graceful.open_bundle(name="server") as server:
             for i in range(3):
@@ -44,13 +56,24 @@ async def main(request_grace=20):
     return trace
 
 
-def draw(request_grace=20):
-    trace = trio.run(
+def record(request_grace: float = 20) -> trio_graceful.Trace:
+    return trio.run(
         main, request_grace, clock=trio.testing.MockClock(autojump_threshold=0)
     )
-    return trace.plot(title="server grace 10 s, request grace 20 s")
+
+
+def draw(request_grace: float = 20) -> Axes:
+    return record(request_grace).plot(title="server grace 10 s, request grace 20 s")
 
 
 if __name__ == "__main__":
-    draw().figure.savefig("nested_shutdown.png", dpi=100, bbox_inches="tight")
-    print("wrote nested_shutdown.png")
+    trace = record()
+    figure = trace.plot(title="server grace 10 s, request grace 20 s").get_figure(
+        root=True
+    )
+    assert isinstance(figure, Figure)
+    # matplotlib leaves the types of savefig's keyword arguments open
+    figure.savefig("nested_shutdown.png", dpi=100, bbox_inches="tight")  # pyright: ignore[reportUnknownMemberType]
+    with open("nested_shutdown.json", "w") as file:
+        json.dump(trace.to_chrome_trace(process_name="nested shutdown"), file)
+    print("wrote nested_shutdown.png and nested_shutdown.json")

@@ -232,10 +232,14 @@ async def test_bad_arguments_of_bundle_methods(autojump_clock):
     async with open_bundle() as bundle:
         with pytest.raises(TypeError, match=r"^callback must be callable, not 5$"):
             bundle.on_stop(5)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match=r"^start expected an async function"):
+        with pytest.raises(
+            TypeError, match=r"^start\(\): async_fn must be an async function"
+        ):
             await bundle.start(5)  # type: ignore[arg-type]
         coro = coro_fn()
-        with pytest.raises(TypeError, match=r"^start expected an async function"):
+        with pytest.raises(
+            TypeError, match=r"^start\(\): async_fn must be an async function"
+        ):
             await bundle.start(coro)  # type: ignore[arg-type]
         assert coro.cr_frame is None  # closed, so it will not warn
         assert bundle.statistics().children_running == 0

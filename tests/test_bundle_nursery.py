@@ -175,7 +175,9 @@ async def test_start_soon_rejects_what_is_not_async(autojump_clock):
         coro = coro_fn()
         with pytest.raises(TypeError, match=r"not the coroutine object"):
             bundle.start_soon(coro)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match=r"^start_soon expected an async function"):
+        with pytest.raises(
+            TypeError, match=r"^start_soon\(\): async_fn must be an async function"
+        ):
             bundle.start_soon(42)  # type: ignore[arg-type]
         assert bundle.statistics().children_running == 0
 

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 import subprocess
 import sys
 
 import matplotlib
 import pytest
 import trio
+import trio.testing
+from hypothesis import given, strategies as st
 
-from trio_graceful import Trace, open_bundle, plot_timeline, record_trace
+from trio_graceful import (
+    Trace,
+    TraceEvent,
+    TraceKind,
+    open_bundle,
+    plot_timeline,
+    record_trace,
+)
+from trio_graceful._plot import LANE_HEIGHT
+from trio_graceful._timeline import place_labels, row_name, rows
 
 from .examples_loader import EXAMPLES, load_example
 
@@ -116,22 +129,196 @@ async def test_labels_of_lines_close_together_do_not_overlap(autojump_clock):
         await trio.sleep(20)
         async with open_bundle(name="later"):
             pass  # stretches the time axis to 21 s
-    ax = plot_timeline(trace)
+    ax = plot_timeline(trace, title="close together")
     try:
-        ax.figure.canvas.draw()
         texts = sorted(ax.texts, key=lambda t: t.xy[0])
         assert [(t.get_text(), t.xy[0]) for t in texts] == [
             ("cancel: server", 1),
             ("hard cancel: server", pytest.approx(1.2)),
         ]
+        # the second label went up a lane
+        assert [t.get_position() for t in texts] == [
+            (3, 0.5 * LANE_HEIGHT),
+            (3, 1.5 * LANE_HEIGHT),
+        ]
+        # what the renderer draws agrees with the computed layout
+        ax.figure.canvas.draw()
         renderer = ax.figure.canvas.get_renderer()
         first, second = (t.get_window_extent(renderer) for t in texts)
         assert not first.overlaps(second)
-        # the second label moved down a lane, and the axes grew to hold it
-        assert texts[1].xy[1] > texts[0].xy[1]
-        assert ax.get_ylim()[0] > texts[1].xy[1]
+        # the title sits above both lanes
+        title = ax.title.get_window_extent(renderer)
+        assert not title.overlaps(first)
+        assert not title.overlaps(second)
     finally:
         plt.close(ax.figure)
+
+
+async def test_many_labels_never_overlap_when_drawn(autojump_clock):
+    with record_trace() as trace:
+        async with open_bundle(name="server") as server:
+            for n in range(8):
+                async with open_bundle(name=f"part-{n}") as part:
+                    part.start_soon(trio.sleep_forever, name="stuck")
+                    await trio.sleep(0.05)
+                    await part.cancel(grace=0.01 * n)
+            server.start_soon(trio.sleep, 30, name="long")
+            await server.shutdown(grace=40)
+    ax = plot_timeline(trace)
+    try:
+        ax.figure.canvas.draw()
+        renderer = ax.figure.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        assert len(boxes) == 16 + 2
+        assert not [
+            (a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)
+        ]
+    finally:
+        plt.close(ax.figure)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 500, allow_nan=False), st.floats(1, 200, allow_nan=False)
+        ),
+        max_size=30,
+    ),
+    st.floats(0, 10, allow_nan=False),
+)
+def test_placed_labels_keep_apart_in_every_lane(anchors, gap):
+    anchors.sort()
+    placed = place_labels(anchors, limit=500, gap=gap)
+    assert len(placed) == len(anchors)
+    for (x, width), p in zip(anchors, placed, strict=True):
+        assert p.right - p.left == pytest.approx(width)
+        if p.align == "left":
+            assert p.left == x + gap
+        else:
+            assert p.right == pytest.approx(x - gap)
+            assert x + gap + width > 500  # only when it would run past the edge
+        # the first lane where it fits: every lane below holds a clash
+        for lane in range(p.lane):
+            assert any(
+                q.lane == lane and p.left < q.right + gap and q.left < p.right + gap
+                for q in placed
+            )
+    for i, p in enumerate(placed):
+        for q in placed[i + 1 :]:
+            if p.lane == q.lane:
+                assert p.right + gap <= q.left or q.right + gap <= p.left
+
+
+# -- row names ---------------------------------------------------------------------
+
+
+def test_row_names_say_what_the_user_named():
+    assert [
+        row_name(path, bundle)
+        for path, bundle in [
+            ("server/conn-1", "server"),
+            ("server/handler#3", "server"),
+            ("server/myapp.server.handle_client#2", "server"),
+            ("server/tests.test_x.test_y.<locals>.worker", "server"),
+            (
+                "server/conns/trio._highlevel_serve_listeners._run_handler",
+                "server/conns",
+            ),
+            (
+                "server/conns/trio._highlevel_serve_listeners._run_handler#2",
+                "server/conns",
+            ),
+            ("v1.2", ""),
+            ("_private", ""),
+        ]
+    ] == [
+        "conn-1",
+        "handler#3",
+        "handle_client#2",
+        "worker",
+        "conns #1",
+        "conns #2",
+        "v1.2",
+        "_private",
+    ]
+
+
+async def handle_client(stream):
+    async with stream:
+        await stream.receive_some()
+
+
+class MemoryListener(trio.abc.Listener[trio.abc.Stream]):
+    """Hands out the server ends of in-memory stream pairs, one per connect()."""
+
+    def __init__(self):
+        self._send, self._receive = trio.open_memory_channel[trio.abc.Stream](10)
+
+    def connect(self):
+        client, server = trio.testing.memory_stream_pair()
+        self._send.send_nowait(server)
+        return client
+
+    async def accept(self):
+        return await self._receive.receive()
+
+    async def aclose(self):
+        await trio.lowlevel.checkpoint()
+
+
+async def test_rows_of_a_served_listener_are_named_after_the_bundle(autojump_clock):
+    listeners = [MemoryListener()]
+    with record_trace() as trace:
+        async with (
+            open_bundle(name="server") as server,
+            open_bundle(name="connections") as connections,
+        ):
+            server.start_soon(
+                functools.partial(
+                    trio.serve_listeners,
+                    handle_client,
+                    listeners,
+                    handler_nursery=connections,
+                ),
+                name="listener",
+            )
+            clients = [listeners[0].connect() for _ in range(2)]
+            await trio.testing.wait_all_tasks_blocked()
+            await connections.shutdown(grace=1)
+            server.cancel_scope.cancel()
+    assert len(clients) == 2
+    assert [row.name for row in rows(trace.events)] == [
+        "connections #1",
+        "connections #2",
+        "listener",
+    ]
+    assert "server/connections/trio._highlevel_serve_listeners._run_handler#2" in (
+        trace.tasks()
+    )
+    ax = plot_timeline(trace)
+    try:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels == ["  connections #1", "  connections #2", "listener"]
+    finally:
+        plt.close(ax.figure)
+
+
+# -- arguments -----------------------------------------------------------------
+
+
+def test_arguments_are_checked_at_the_call():
+    trace = Trace([TraceEvent(TraceKind.BUNDLE_OPENED, 0.0, "b")])
+    with pytest.raises(
+        TypeError, match=r"^trace must be a Trace from record_trace\(\), not 5$"
+    ):
+        plot_timeline(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^title must be a string or None, not 5$"):
+        plot_timeline(trace, title=5)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"^ax must be a matplotlib Axes or None, not 5$"
+    ):
+        plot_timeline(trace, ax=5)  # type: ignore[arg-type]
+    assert plt.get_fignums() == []
 
 
 def test_empty_trace_is_refused():
@@ -148,8 +335,11 @@ def test_the_plot_example_runs(tmp_path):
         timeout=120,
         check=True,
     )
-    assert result.stdout == "wrote nested_shutdown.png\n"
+    assert result.stdout == "wrote nested_shutdown.png and nested_shutdown.json\n"
     assert (tmp_path / "nested_shutdown.png").read_bytes().startswith(b"\x89PNG")
+    chrome = json.loads((tmp_path / "nested_shutdown.json").read_text())
+    lives = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
+    assert len(lives) == 3 + 9 + 1  # connections, requests, flush
 
 
 def test_the_plot_example_shows_which_deadline_won():

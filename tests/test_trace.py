@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import re
 import sys
+import time
 
 import pytest
 import trio
@@ -12,7 +15,10 @@ import trio.testing
 
 from trio_graceful import (
     STOP,
+    CancelReport,
+    ChildEnd,
     ChildOutcome,
+    Trace,
     TraceEvent,
     TraceKind,
     add_trace_hook,
@@ -344,3 +350,195 @@ async def test_on_stop_callbacks_are_traced_as_stop_received(autojump_clock):
     assert [(e.bundle, e.task) for e in trace.of_kind(TraceKind.STOP_RECEIVED)] == [
         ("b", "b/thread-like")
     ]
+
+
+# -- arguments ---------------------------------------------------------------------
+
+
+async def test_a_hook_that_cannot_be_called_is_refused_at_once():
+    with pytest.raises(
+        TypeError, match=r"^hook must be a callable taking a TraceEvent, not 5$"
+    ):
+        add_trace_hook(5)  # type: ignore[arg-type]
+    with record_trace() as trace:
+        async with open_bundle(name="b"):
+            pass
+    # nothing was installed: the recording is the only hook
+    assert [e.kind for e in trace.events] == [
+        TraceKind.BUNDLE_OPENED,
+        TraceKind.BUNDLE_CLOSED,
+    ]
+    with pytest.raises(TypeError, match=r"^kind must be a TraceKind, not 'x'$"):
+        trace.of_kind("x")  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"^task must be a task path \(a string\), not 1$"
+    ):
+        trace.of_task(1)  # type: ignore[arg-type]
+
+
+# -- leaving the process: JSON and Chrome traces ---------------------------------------
+
+
+async def record_a_drain() -> Trace:
+    async def worker(inbox):
+        assert await inbox.receive() is STOP
+        await trio.sleep(2)
+
+    with record_trace() as trace:
+        async with open_bundle(name="root") as root:
+            _, inbox = root.open_inbox()
+            root.start_soon(worker, inbox, name="worker")
+            root.start_soon(trio.sleep_forever, name="stuck")
+            await trio.sleep(1)
+            await root.shutdown(grace=5)
+            await root.cancel(grace=math.inf)  # an infinite grace, too
+    return trace
+
+
+async def test_a_trace_goes_to_json_and_back(autojump_clock):
+    before = time.time()
+    t0 = trio.current_time()
+    trace = await record_a_drain()
+    after = time.time()
+    assert trace.wall_clock_offset is not None
+    # taken when the recording started, on the mock clock: t0 is that moment
+    assert before <= t0 + trace.wall_clock_offset <= after
+    text = trace.to_json(indent=2)
+    loaded = Trace.from_json(text)
+    assert loaded == trace
+    assert Trace.from_dict(json.loads(text)) == trace
+    data = json.loads(text)
+    hard = next(e for e in data["events"] if e["kind"] == "hard cancel")
+    assert hard["time"] - t0 == 6
+    assert hard["time_wall"] == hard["time"] + trace.wall_clock_offset
+    assert hard["deadline_wall"] == hard["deadline"] + trace.wall_clock_offset
+    ended = [e["outcome"] for e in data["events"] if e["kind"] == "child ended"]
+    assert ended == ["finished", "cancelled"]
+    (forever, *_) = [e for e in data["events"] if e["grace"] == "inf"]
+    assert forever["kind"] == "cancel started"
+
+
+def test_json_of_a_trace_names_what_is_wrong():
+    with pytest.raises(TypeError, match=r"^text must be a str or bytes, not 5$"):
+        Trace.from_json(5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^text must hold a JSON object, not \[\]$"):
+        Trace.from_json("[]")
+    with pytest.raises(ValueError, match=r"^events must be a list, not None$"):
+        Trace.from_json("{}")
+    event = TraceEvent(TraceKind.HARD_CANCEL, 1.0, "b").as_dict()
+    with pytest.raises(ValueError, match=r"^kind must be one of \["):
+        TraceEvent.from_dict({**event, "kind": "exploded"})
+    with pytest.raises(ValueError, match=r"^time must be a number or 'inf', not '1'$"):
+        TraceEvent.from_dict({**event, "time": "1"})
+    with pytest.raises(TypeError, match=r"^data must be a mapping decoded from JSON"):
+        TraceEvent.from_dict([])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^indent must be an int or None, not '  '$"):
+        Trace().to_json(indent="  ")  # type: ignore[arg-type]
+    # without a recording's offset, no wall-clock times
+    assert Trace([TraceEvent(TraceKind.HARD_CANCEL, 1.0, "b")]).as_dict() == {
+        "wall_clock_offset": None,
+        "events": [event],
+    }
+    assert event["time_wall"] is None
+
+
+async def test_a_cancel_report_goes_to_json_and_back(autojump_clock):
+    async def noted():
+        bundle.note("exit status 0")
+        await trio.sleep_forever()
+
+    before = time.time()
+    async with open_bundle(name="b") as bundle:
+        bundle.start_soon(noted, name="noted")
+        bundle.start_soon(trio.sleep, 1, name="quick")
+        await trio.testing.wait_all_tasks_blocked()
+        report = await bundle.cancel(grace=3)
+    assert report.wall_clock_offset is not None
+    # taken when the report was made, at its end
+    assert before <= report.finished_at + report.wall_clock_offset <= time.time()
+    data = json.loads(report.to_json())
+    assert CancelReport.from_json(report.to_json()) == report
+    assert CancelReport.from_dict(report.as_dict()) == report
+    offset = report.wall_clock_offset
+    assert data["hard_cancelled_at_wall"] == report.hard_cancelled_at + offset
+    assert data["finished_at_wall"] == report.finished_at + offset
+    assert [(c["name"], c["outcome"], c["notes"]) for c in data["children"]] == [
+        ("quick", "finished", []),
+        ("noted", "cancelled", ["exit status 0"]),
+    ]
+    assert data["children"][1]["ended_at_wall"] == report.children[1].ended_at + offset
+
+
+def test_a_report_made_outside_a_run_has_no_wall_clock():
+    report = CancelReport(
+        bundle="b",
+        started_at=1.0,
+        finished_at=2.0,
+        hard_deadline=math.inf,
+        hard_cancelled_at=None,
+        children=(ChildEnd("c", ChildOutcome.RAISED, 2.0, 1.0, error="E()"),),
+    )
+    assert report.wall_clock_offset is None
+    data = report.as_dict()
+    assert (data["hard_deadline"], data["hard_deadline_wall"]) == ("inf", None)
+    assert CancelReport.from_json(report.to_json()) == report
+    with pytest.raises(ValueError, match=r"^outcome must be one of \['finished', "):
+        ChildEnd.from_dict({**data["children"][0], "outcome": None})
+    with pytest.raises(
+        ValueError, match=r"^notes must be a list of strings, not \[1\]$"
+    ):
+        ChildEnd.from_dict({**data["children"][0], "notes": [1]})
+
+
+async def test_chrome_trace_event_format(autojump_clock):
+    t0 = trio.current_time()
+    trace = await record_a_drain()
+    chrome = trace.to_chrome_trace(pid=42, process_name="drain")
+    json.dumps(chrome, allow_nan=False)  # strict JSON, as Perfetto reads it
+    events = chrome["traceEvents"]
+    for event in events:
+        assert {"name", "ph", "ts", "pid", "tid"} <= event.keys()
+        assert event["pid"] == 42
+        assert event["ph"] in {"X", "i", "M"}
+        if event["ph"] == "X":
+            assert event["dur"] >= 0
+        if event["ph"] == "i":
+            assert event["s"] in {"t", "p"}
+    threads = {
+        e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"
+    }
+    me = trio.lowlevel.current_task().name  # a qualified function name
+    assert threads == {0: "bundles", 1: "stuck", 2: "worker", 3: me.split(".")[-1]}
+    (process,) = [e for e in events if e["name"] == "process_name"]
+    assert process["args"] == {"name": "drain"}
+
+    def us(trio_time):  # wall-clock microseconds
+        return (trio_time + trace.wall_clock_offset) * 1e6
+
+    lives = {e["name"]: e for e in events if e["ph"] == "X"}
+    assert lives.keys() == {"worker", "stuck"}
+    assert lives["worker"]["ts"] == us(t0)
+    assert lives["worker"]["dur"] == pytest.approx(3e6)
+    assert lives["worker"]["args"] == {
+        "path": "root/worker",
+        "bundle": "root",
+        "outcome": "finished",
+    }
+    assert lives["stuck"]["dur"] == pytest.approx(6e6)
+    assert lives["stuck"]["args"]["outcome"] == "cancelled"
+    instants = [
+        (e["name"], e["tid"], e["s"], round(e["ts"] - us(t0)))
+        for e in events
+        if e["ph"] == "i" and e["name"] != "bundle opened: root"
+    ]
+    assert instants[:5] == [
+        ("STOP sent", 3, "t", 1_000_000),
+        ("STOP received", 2, "t", 1_000_000),
+        ("cancel started: root", 0, "p", 1_000_000),
+        ("hard cancel: root", 0, "p", 6_000_000),
+        ("cancel finished: root", 0, "p", 6_000_000),
+    ]
+    with pytest.raises(TypeError, match=r"^pid must be an int or None, not '1'$"):
+        trace.to_chrome_trace(pid="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^process_name must be a string, not None$"):
+        trace.to_chrome_trace(process_name=None)  # type: ignore[arg-type]

@@ -28,8 +28,12 @@ from ._lifecycle import (
     StateUnreachableError as StateUnreachableError,
 )
 from ._paths import current_bundle as current_bundle
-from ._plot import plot_timeline as plot_timeline
 from ._process import run_process as run_process
+from ._recording import (
+    Trace as Trace,
+    plot_timeline as plot_timeline,
+    record_trace as record_trace,
+)
 from ._report import (
     BundleStatistics as BundleStatistics,
     CancelReport as CancelReport,
@@ -50,12 +54,10 @@ from ._threads import (
     run_in_thread as run_in_thread,
 )
 from ._trace import (
-    Trace as Trace,
     TraceEvent as TraceEvent,
     TraceHook as TraceHook,
     TraceKind as TraceKind,
     add_trace_hook as add_trace_hook,
-    record_trace as record_trace,
     remove_trace_hook as remove_trace_hook,
 )
 from ._version import __version__ as __version__

@@ -41,7 +41,7 @@ from ._stopfanout import StopFanout
 from ._topology import (
     ChildEvents,
     TwoLevelNursery,
-    check_async_fn,
+    check_startable,
     is_cancellation as is_cancellation,
     open_two_level,
 )
@@ -197,7 +197,7 @@ class Bundle(metaclass=NoPublicConstructor):
                 object passed instead is closed).
         """
         self._phase.check_open()
-        check_async_fn(async_fn, "start")
+        check_startable(async_fn)
         if tracing.active:
             self._watch_children()
         return await self._levels.start(

@@ -21,9 +21,10 @@ import math
 import attrs
 import trio
 
+from ._log import logger
 from ._report import CancelReport, ChildEnd, ChildOutcome
 from ._topology import TwoLevelNursery, is_cancellation
-from ._trace import TraceKind, emit, logger, tracing
+from ._trace import TraceKind, emit, tracing
 
 # How often a long cancellation logs that it is still waiting, in seconds.
 PROGRESS_INTERVAL = 2.0

@@ -1,14 +1,15 @@
-"""Timeline plots of a recorded trace (needs the ``plot`` extra: matplotlib)."""
+"""Drawing recorded trace events as a timeline (needs matplotlib, the plot extra)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
+from ._jsonform import check_type
 from ._report import ChildOutcome
-from ._trace import Trace, TraceKind
+from ._timeline import place_labels, rows
+from ._trace import TraceEvent, TraceKind
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -22,7 +23,6 @@ _COLOURS = {
     None: "#9e9e9e",
 }
 
-
 # Vertical lines: colour and style per kind of mark.
 _LINES = {
     "cancel": ("#444444", ":"),
@@ -30,133 +30,68 @@ _LINES = {
     "hard cancel": ("#c62828", "--"),
 }
 
-
-@attrs.define
-class _Row:
-    path: str
-    start: float | None = None
-    end: float | None = None
-    outcome: ChildOutcome | None = None
-    stop_received: list[float] = attrs.field(factory=list[float])
+# Line labels are monospaced, so their widths are known before drawing:
+# DejaVu Sans Mono advances 0.602 em per character.
+LABEL_SIZE = 7.0
+CHAR_WIDTH = 0.62 * LABEL_SIZE  # points
+LANE_HEIGHT = 1.6 * LABEL_SIZE  # points
+GAP = 3.0  # points
 
 
-def _rows(trace: Trace) -> list[_Row]:
-    rows: dict[str, _Row] = {}
-    for event in trace.events:
-        if event.task is None:
-            continue
-        if event.kind is TraceKind.CHILD_STARTED:
-            rows.setdefault(event.task, _Row(event.task)).start = event.time
-        elif event.kind is TraceKind.CHILD_ENDED:
-            row = rows.setdefault(event.task, _Row(event.task))
-            row.end, row.outcome = event.time, event.outcome
-        elif event.kind is TraceKind.STOP_RECEIVED:
-            rows.setdefault(event.task, _Row(event.task)).stop_received.append(
-                event.time
-            )
-    # Tree order: a bundle's children together, under the task that owns it.
-    return sorted(rows.values(), key=lambda row: list(map(_order, row.path.split("/"))))
+def vertical_lines(
+    events: Sequence[TraceEvent], t0: float
+) -> list[tuple[float, str, str]]:
+    """Return ``(time, kind of line, label)`` for each vertical line, in time order.
 
-
-def _order(name: str) -> tuple[str, int]:
-    """Sort ``"handler#10"`` after ``"handler#9"`` (see `task_path`)."""
-    base, mark, number = name.rpartition("#")
-    if mark and number.isdigit():
-        return base, int(number)
-    return name, 1
-
-
-# Height of a lane of line labels, in rows.
-_LANE = 0.45
-
-
-def _label_lines(
-    draw: Any, lines: list[tuple[float, str, list[str]]], *, below: float
-) -> int:
-    """Draw the vertical lines and label them under the rows; return the lanes.
-
-    A label that would overlap one before it in its lane moves down a lane.
+    One line per instant and kind, labelled with the outermost bundle
+    concerned and how many more, so that a tree of nested bundles cancelled
+    together stays readable.
     """
-    canvas = draw.figure.canvas
-    renderer = canvas.get_renderer() if hasattr(canvas, "get_renderer") else None
-    placed: list[tuple[int, Any]] = []
-    for at, what, bundles in lines:
-        colour, style = _LINES[what]
-        draw.axvline(at, color=colour, linestyle=style, linewidth=1.1)
+    marks: dict[tuple[str, float], list[str]] = {}
+    for event in events:
+        if event.kind is TraceKind.CANCEL_STARTED:
+            marks.setdefault(("cancel", event.time - t0), []).append(event.bundle)
+            if event.deadline is not None and event.deadline != math.inf:
+                at = event.deadline - t0
+                marks.setdefault(("deadline", at), []).append(event.bundle)
+        elif event.kind is TraceKind.HARD_CANCEL:
+            marks.setdefault(("hard cancel", event.time - t0), []).append(event.bundle)
+    hard_cancels = {at for what, at in marks if what == "hard cancel"}
+    lines: list[tuple[float, str, str]] = []
+    for (what, at), bundles in marks.items():
+        if what == "deadline" and at in hard_cancels:
+            continue  # a deadline struck by a hard cancel: that line says it
         outermost = min(bundles, key=lambda path: (path.count("/"), path))
         more = f" (+{len(bundles) - 1} more)" if len(bundles) > 1 else ""
-        label = f"{what}: {outermost.rsplit('/', 1)[-1]}{more}"
-        lane = 0
-        while True:
-            text = draw.annotate(
-                label,
-                xy=(at, below + _LANE * lane),
-                xytext=(3, 0),
-                textcoords="offset points",
-                fontsize=7,
-                va="center",
-                color=colour,
-            )
-            if renderer is None:
-                break
-            box = text.get_window_extent(renderer)
-            if not any(lane == other and box.overlaps(b) for other, b in placed):
-                placed.append((lane, box))
-                break
-            text.remove()
-            lane += 1
-    return max((lane for lane, _ in placed), default=0) + 1
+        lines.append((at, what, f"{what}: {outermost.rsplit('/', 1)[-1]}{more}"))
+    return sorted(lines)
 
 
-def plot_timeline(
-    trace: Trace, *, ax: Axes | None = None, title: str | None = None
+def draw_timeline(
+    events: Sequence[TraceEvent], *, ax: Axes | None, title: str | None
 ) -> Axes:
-    """Draw a recorded shutdown as a timeline, one row per task.
-
-    Each child's life is a bar coloured by how it ended (finished, hard-
-    cancelled, raised; grey if still running when the recording stopped); a
-    black triangle marks when STOP reached it. Vertical lines mark
-    cancellations starting (dotted), hard deadlines set by them (dash-dot,
-    also when the bundle finished first or an outer hard cancel struck
-    first) and hard cancels (dashed red). Each line is labelled with the name
-    of the outermost bundle concerned and how many more bundles it concerns.
-    Times are seconds since the first event.
-    Rows are in the order of the tree of bundles, so nested bundles read as
-    indented blocks.
-
-    Args:
-        trace (Trace): A recording from `record_trace`.
-        ax: A matplotlib ``Axes`` to draw on; a new figure if `None`.
-        title (str or None): The plot's title.
-
-    Returns:
-        The matplotlib ``Axes`` drawn on.
-
-    Raises:
-        ImportError: if matplotlib is not installed (install the ``plot``
-            extra: ``pip install "trio-graceful[plot]"``).
-        ValueError: if the trace holds no events.
-    """
+    """Draw ``events`` (not empty) as a timeline; see `plot_timeline`."""
     try:
         import matplotlib.pyplot as plt
+        from matplotlib.axes import Axes
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
     except ImportError as exc:  # pragma: no cover - the extra is installed in CI
         raise ImportError(
             'plot_timeline needs matplotlib: pip install "trio-graceful[plot]"'
         ) from exc
-    if not trace.events:
-        raise ValueError("the trace holds no events to plot")
+    check_type("ax", ax, (Axes, type(None)), "a matplotlib Axes or None")
 
-    t0 = trace.events[0].time
-    t_end = trace.events[-1].time - t0
-    rows = _rows(trace)
+    t0 = events[0].time
+    t_end = events[-1].time - t0
+    timeline = rows(events)
+    created = ax is None
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 1.2 + 0.35 * max(len(rows), 1)))
+        _, ax = plt.subplots(figsize=(10, 1.2 + 0.35 * max(len(timeline), 1)))
     # matplotlib's own annotations are incomplete; draw through an Any.
     draw: Any = ax
 
-    for y, row in enumerate(rows):
+    for y, row in enumerate(timeline):
         start = 0.0 if row.start is None else row.start - t0
         end = t_end if row.end is None else row.end - t0
         draw.broken_barh(
@@ -167,39 +102,22 @@ def plot_timeline(
         for at in row.stop_received:
             draw.plot(at - t0, y, marker="v", color="black", markersize=7)
 
-    # One line per instant and kind, labelled with the bundles concerned, so
-    # that a tree of nested bundles cancelled together stays readable.
-    marks: dict[tuple[str, float], list[str]] = {}
-    for event in trace.events:
-        if event.kind is TraceKind.CANCEL_STARTED:
-            marks.setdefault(("cancel", event.time - t0), []).append(event.bundle)
-            if event.deadline is not None and event.deadline != math.inf:
-                at = event.deadline - t0
-                marks.setdefault(("deadline", at), []).append(event.bundle)
-        elif event.kind is TraceKind.HARD_CANCEL:
-            marks.setdefault(("hard cancel", event.time - t0), []).append(event.bundle)
-    hard_cancels = {at for what, at in marks if what == "hard cancel"}
-    lines = sorted(
-        (at, what, bundles)
-        for (what, at), bundles in marks.items()
-        # a deadline struck by a hard cancel: the hard cancel line says it
-        if what != "deadline" or at not in hard_cancels
-    )
+    lines = vertical_lines(events, t0)
     t_end = max([t_end, *(at for at, _, _ in lines)])
-    draw.set_xlim(0, t_end * 1.2 if t_end > 0 else 1)
-    draw.set_ylim(len(rows) + 0.5, -0.5)
-    lanes = _label_lines(draw, lines, below=len(rows))
-    # a spare band at the bottom for the labels of the vertical lines
-    draw.set_ylim(len(rows) + 0.5 + _LANE * lanes, -0.5)
+    x_max = t_end * 1.2 if t_end > 0 else 1
+    draw.set_xlim(0, x_max)
+    draw.set_ylim(max(len(timeline), 1) - 0.5, -0.5)
+    lanes = _label_lines(draw, lines, x_max=x_max)
+    if created:
+        # room above the axes for the lanes of line labels
+        width, height = draw.figure.get_size_inches()
+        draw.figure.set_size_inches(width, height + lanes * LANE_HEIGHT / 72)
 
     # Labels are left-aligned and indented by depth in the tree; the pad makes
     # room for the longest one.
-    depth0 = min((row.path.count("/") for row in rows), default=0)
-    labels = [
-        "  " * (row.path.count("/") - depth0) + row.path.rsplit("/", 1)[-1]
-        for row in rows
-    ]
-    draw.set_yticks(range(len(rows)))
+    depth0 = min((row.depth for row in timeline), default=0)
+    labels = ["  " * (row.depth - depth0) + row.name for row in timeline]
+    draw.set_yticks(range(len(timeline)))
     draw.set_yticklabels(labels, fontsize=8, ha="left", family="monospace")
     draw.tick_params(
         axis="y", pad=5 + 5 * max((len(label) for label in labels), default=0)
@@ -220,5 +138,42 @@ def plot_timeline(
         fontsize=7,
     )
     if title is not None:
-        draw.set_title(title)
+        draw.set_title(title, pad=6 + lanes * LANE_HEIGHT)
     return ax
+
+
+def _label_lines(
+    draw: Any, lines: list[tuple[float, str, str]], *, x_max: float
+) -> int:
+    """Draw the vertical lines, label them above the axes; return the lanes used.
+
+    Positions are worked out in points from the axes' size, before anything
+    is drawn (see `place_labels`), so no two labels overlap at any dpi.
+    """
+    figure_width = draw.figure.get_size_inches()[0] * 72
+    width = figure_width * draw.get_position().width
+    placed = place_labels(
+        [(at / x_max * width, CHAR_WIDTH * len(label)) for at, _, label in lines],
+        limit=width,
+        gap=GAP,
+    )
+    for (at, what, label), place in zip(lines, placed, strict=True):
+        colour, style = _LINES[what]
+        draw.axvline(at, color=colour, linestyle=style, linewidth=1.1)
+        draw.annotate(
+            label,
+            xy=(at, 1.0),
+            xycoords=draw.get_xaxis_transform(),
+            xytext=(
+                GAP if place.align == "left" else -GAP,
+                (place.lane + 0.5) * LANE_HEIGHT,
+            ),
+            textcoords="offset points",
+            fontsize=LABEL_SIZE,
+            family="monospace",
+            ha=place.align,
+            va="center",
+            color=colour,
+            annotation_clip=False,
+        )
+    return max((place.lane for place in placed), default=-1) + 1

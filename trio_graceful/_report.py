@@ -1,10 +1,35 @@
-"""Values that describe what a bundle's cancellation did."""
+"""Values that describe what a bundle's cancellation did, and their JSON form.
+
+Times in a report are Trio times (`trio.current_time`), which mean nothing
+outside the run (and are virtual under a mock clock). The JSON form adds
+wall-clock times beside them, from an offset taken when the report is made:
+``wall = trio_time + (time.time() - trio.current_time())``. A duration is the
+same on both clocks; under a mock clock the wall-clock times are the virtual
+ones, placed so that the report's end is the real moment it was made.
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
+
+from ._jsonform import (
+    check_mapping,
+    current_wall_clock_offset,
+    dump_json,
+    enum_from_json,
+    float_from_json,
+    float_to_json,
+    list_from_json,
+    load_json_object,
+    optional_float_from_json,
+    str_from_json,
+    strings_from_json,
+    wall,
+)
 
 
 class ChildOutcome(enum.Enum):
@@ -47,6 +72,43 @@ class ChildEnd:
     """Anything else the child recorded about its end with `Bundle.note`
     (a process's exit status, say)."""
 
+    def as_dict(self, *, wall_clock_offset: float | None = None) -> dict[str, Any]:
+        """Return this entry as a dictionary of JSON values.
+
+        The outcome is its string value (``"finished"``); ``ended_at_wall``
+        is the wall-clock time of ``ended_at`` (seconds since the epoch), or
+        `None` if ``wall_clock_offset`` is `None`.
+        """
+        return {
+            "name": self.name,
+            "outcome": self.outcome.value,
+            "ended_at": float_to_json(self.ended_at),
+            "ended_at_wall": wall(self.ended_at, wall_clock_offset),
+            "elapsed": float_to_json(self.elapsed),
+            "error": self.error,
+            "abandoned": list(self.abandoned),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChildEnd:
+        """Rebuild an entry from `as_dict`'s output; wall-clock times are ignored.
+
+        Raises:
+            TypeError: if ``data`` is not a mapping.
+            ValueError: if a field is missing or holds the wrong kind of value.
+        """
+        data = check_mapping(data, "data")
+        return cls(
+            name=str_from_json(data, "name", optional=False) or "",
+            outcome=enum_from_json(ChildOutcome, data, "outcome"),
+            ended_at=float_from_json(data, "ended_at"),
+            elapsed=float_from_json(data, "elapsed"),
+            error=str_from_json(data, "error", optional=True),
+            abandoned=strings_from_json(data, "abandoned"),
+            notes=strings_from_json(data, "notes"),
+        )
+
 
 @attrs.frozen
 class CancelReport:
@@ -74,6 +136,83 @@ class CancelReport:
 
     children: tuple[ChildEnd, ...]
     """One entry per child, in the order the children ended."""
+
+    wall_clock_offset: float | None = attrs.field(
+        factory=current_wall_clock_offset, kw_only=True
+    )
+    """What to add to this report's Trio times to get wall-clock times
+    (seconds since the epoch), taken when the report was made; `None` for a
+    report made outside a Trio run."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the report as a dictionary of JSON values.
+
+        Beside each Trio time ``x`` stands ``x_wall``, the same instant on
+        the wall clock (seconds since the epoch, see `wall_clock_offset`).
+        JSON has no infinity: an infinite deadline is written ``"inf"``.
+        Not a checkpoint.
+        """
+        offset = self.wall_clock_offset
+        return {
+            "bundle": self.bundle,
+            "started_at": float_to_json(self.started_at),
+            "started_at_wall": wall(self.started_at, offset),
+            "finished_at": float_to_json(self.finished_at),
+            "finished_at_wall": wall(self.finished_at, offset),
+            "hard_deadline": float_to_json(self.hard_deadline),
+            "hard_deadline_wall": wall(self.hard_deadline, offset),
+            "hard_cancelled_at": (
+                None
+                if self.hard_cancelled_at is None
+                else float_to_json(self.hard_cancelled_at)
+            ),
+            "hard_cancelled_at_wall": wall(self.hard_cancelled_at, offset),
+            "wall_clock_offset": offset,
+            "children": [
+                child.as_dict(wall_clock_offset=offset) for child in self.children
+            ],
+        }
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """Return the report as JSON text (see `as_dict`). Not a checkpoint.
+
+        Raises:
+            TypeError: if ``indent`` is not an int or None.
+        """
+        return dump_json(self.as_dict(), indent)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CancelReport:
+        """Rebuild a report from `as_dict`'s output.
+
+        The wall-clock times are derived, so they are not read back.
+
+        Raises:
+            TypeError: if ``data`` is not a mapping.
+            ValueError: if a field is missing or holds the wrong kind of value.
+        """
+        data = check_mapping(data, "data")
+        return cls(
+            bundle=str_from_json(data, "bundle", optional=False) or "",
+            started_at=float_from_json(data, "started_at"),
+            finished_at=float_from_json(data, "finished_at"),
+            hard_deadline=float_from_json(data, "hard_deadline"),
+            hard_cancelled_at=optional_float_from_json(data, "hard_cancelled_at"),
+            children=tuple(
+                ChildEnd.from_dict(c) for c in list_from_json(data, "children")
+            ),
+            wall_clock_offset=optional_float_from_json(data, "wall_clock_offset"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> CancelReport:
+        """Rebuild a report from `to_json`'s output.
+
+        Raises:
+            TypeError: if ``text`` is not a str or bytes.
+            ValueError: if it is not JSON of a report.
+        """
+        return cls.from_dict(load_json_object(text))
 
     @property
     def elapsed(self) -> float:

@@ -17,8 +17,9 @@ import attrs
 import trio
 
 from ._inbox import InboxState
+from ._log import logger
 from ._paths import enclosing_bundle_path, task_path
-from ._trace import TraceKind, emit, logger, tracing
+from ._trace import TraceKind, emit, tracing
 
 
 @attrs.define(eq=False)

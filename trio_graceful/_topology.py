@@ -22,6 +22,7 @@ own meanwhile, so that `TwoLevelNursery.cancel_children` and
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType, FunctionType, MethodType, TracebackType
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, cast, final
 import attrs
 import trio
 
-from ._util import ForwardingTaskStatus, as_group, first_leaf
+from ._util import ForwardingTaskStatus, as_group, first_leaf, is_async_def
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -79,12 +80,37 @@ def check_async_fn(async_fn: object, method: str) -> None:
         coro_object = cast("Coroutine[object, object, object]", async_fn)
         coro_object.close()
         raise TypeError(
-            f"{method} expected an async function, not the coroutine object "
+            f"{method}(): async_fn must be an async function, not the coroutine "
+            f"object "
             f"{coro_object!r}; pass the function and its arguments instead: "
             f"{method}(fn, *args)"
         )
     if not callable(async_fn):
-        raise TypeError(f"{method} expected an async function, not {async_fn!r}")
+        raise TypeError(
+            f"{method}(): async_fn must be an async function, not {async_fn!r}"
+        )
+
+
+def check_startable(async_fn: object) -> None:
+    """Refuse what `trio.Nursery.start` could not start, before anything starts.
+
+    Raises:
+        TypeError: as `check_async_fn`, or if ``async_fn`` is a plain function
+            that takes no ``task_status`` keyword argument.
+    """
+    check_async_fn(async_fn, "start")
+    if type(async_fn) in _FUNCTION_TYPES and not is_async_def(async_fn):
+        # A synchronous function may return a coroutine, but it must take
+        # task_status: say so here rather than from inside the child.
+        try:
+            inspect.signature(cast("Callable[..., object]", async_fn)).bind_partial(
+                task_status=None
+            )
+        except TypeError:
+            raise TypeError(
+                f"start(): async_fn must be an async function that takes a "
+                f"task_status keyword argument, not {async_fn!r}"
+            ) from None
 
 
 def coroutine_of(
@@ -109,7 +135,7 @@ def _as_coroutine(
     if type(returned) is CoroutineType or isinstance(returned, Coroutine):
         return cast("Coroutine[object, object, object]", returned)
     raise TypeError(
-        f"{method} expected an async function, but {async_fn!r} returned "
+        f"{method}(): async_fn must be an async function, but {async_fn!r} returned "
         f"{returned!r} instead of a coroutine; is it missing 'async'?"
     )
 

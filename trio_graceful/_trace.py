@@ -1,30 +1,35 @@
-"""Trace events: what bundles and inboxes do, for hooks and recordings.
+"""Trace events: what bundles and inboxes do, delivered to hooks.
 
 Every bundle and inbox reports what it does (a child started or ended, STOP
 sent or received, a cancellation started, a hard cancel, a cancellation
 finished) as a `TraceEvent`, stamped with Trio's clock and with the path of
 the task in the tree of bundles (``root/connections/handler``). Nothing is
 built unless a hook is installed in the current Trio run: the hot paths only
-read one module-level counter.
+read one module-level counter. Keeping events (`Trace`), drawing and
+exporting them are layers above, in ``_recording``, ``_plot`` and
+``_chrome``.
 """
 
 from __future__ import annotations
 
 import enum
-import logging
-from collections.abc import Callable, Generator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 import trio
 
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-
-    from ._report import ChildOutcome
-
-logger = logging.getLogger("trio_graceful")
+from ._jsonform import (
+    check_mapping,
+    enum_from_json,
+    float_from_json,
+    float_to_json,
+    optional_float_from_json,
+    str_from_json,
+    wall,
+)
+from ._log import logger
+from ._report import ChildOutcome
 
 
 class TraceKind(enum.Enum):
@@ -81,6 +86,55 @@ class TraceEvent:
     `TraceKind.STATE_CHANGED` the program's transition, like
     ``"svc: ready -> shutting down (SIGTERM)"``."""
 
+    def as_dict(self, *, wall_clock_offset: float | None = None) -> dict[str, Any]:
+        """Return the event as a dictionary of JSON values.
+
+        The kind and outcome are their string values. ``time_wall`` (and
+        ``deadline_wall``) is the wall-clock time, seconds since the epoch,
+        of ``time + wall_clock_offset``; `None` without an offset (see
+        `Trace.wall_clock_offset`). An infinite grace or deadline is
+        written ``"inf"``. Not a checkpoint.
+        """
+        return {
+            "kind": self.kind.value,
+            "time": self.time,
+            "time_wall": wall(self.time, wall_clock_offset),
+            "bundle": self.bundle,
+            "task": self.task,
+            "grace": None if self.grace is None else float_to_json(self.grace),
+            "deadline": None if self.deadline is None else float_to_json(self.deadline),
+            "deadline_wall": wall(self.deadline, wall_clock_offset),
+            "outcome": None if self.outcome is None else self.outcome.value,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TraceEvent:
+        """Rebuild an event from `as_dict`'s output.
+
+        Wall-clock times are derived, so they are not read back.
+
+        Raises:
+            TypeError: if ``data`` is not a mapping.
+            ValueError: if a field is missing or holds the wrong kind of value.
+        """
+        data = check_mapping(data, "data")
+        outcome = data.get("outcome")
+        return cls(
+            kind=enum_from_json(TraceKind, data, "kind"),
+            time=float_from_json(data, "time"),
+            bundle=str_from_json(data, "bundle", optional=False) or "",
+            task=str_from_json(data, "task", optional=True),
+            grace=optional_float_from_json(data, "grace"),
+            deadline=optional_float_from_json(data, "deadline"),
+            outcome=(
+                None
+                if outcome is None
+                else enum_from_json(ChildOutcome, data, "outcome")
+            ),
+            detail=str_from_json(data, "detail", optional=True),
+        )
+
 
 TraceHook = Callable[[TraceEvent], object]
 
@@ -116,19 +170,28 @@ def add_trace_hook(hook: TraceHook) -> None:
     the ``trio_graceful`` logger. Not a checkpoint.
 
     Raises:
+        TypeError: if ``hook`` is not callable.
         RuntimeError: if called outside a Trio run.
     """
+    _check_hook(hook)
     _run_hooks().append(hook)
     tracing.active += 1
+
+
+def _check_hook(hook: object) -> None:
+    if not callable(hook):
+        raise TypeError(f"hook must be a callable taking a TraceEvent, not {hook!r}")
 
 
 def remove_trace_hook(hook: TraceHook) -> None:
     """Stop calling ``hook``. Not a checkpoint.
 
     Raises:
+        TypeError: if ``hook`` is not callable.
         KeyError: if ``hook`` is not installed in the current run.
         RuntimeError: if called outside a Trio run.
     """
+    _check_hook(hook)
     hooks = _run_hooks()
     if hook not in hooks:
         raise KeyError(f"trace hook {hook!r} is not installed in this run")
@@ -170,54 +233,3 @@ def emit(
         except Exception:
             logger.exception("trace hook %r raised; it has been removed", hook)
             remove_trace_hook(hook)
-
-
-@attrs.define
-class Trace:
-    """The events recorded by `record_trace`, in the order they happened."""
-
-    events: list[TraceEvent] = attrs.field(factory=list[TraceEvent])
-    """Every event recorded."""
-
-    def tasks(self) -> list[str]:
-        """Return the paths of the tasks seen, in order of first appearance."""
-        seen: dict[str, None] = {}
-        for event in self.events:
-            if event.task is not None:
-                seen.setdefault(event.task, None)
-        return list(seen)
-
-    def of_kind(self, kind: TraceKind) -> list[TraceEvent]:
-        """Return the events of one kind."""
-        return [e for e in self.events if e.kind is kind]
-
-    def of_task(self, task: str) -> list[TraceEvent]:
-        """Return the events about one task path."""
-        return [e for e in self.events if e.task == task]
-
-    def plot(self, *, ax: Axes | None = None, title: str | None = None) -> Axes:
-        """Draw the trace as a timeline; see `plot_timeline`."""
-        from ._plot import plot_timeline
-
-        return plot_timeline(self, ax=ax, title=title)
-
-
-@contextmanager
-def record_trace() -> Generator[Trace, None, None]:
-    """Record the trace events of the current Trio run while the block runs.
-
-    Use it around a shutdown to explain it afterwards::
-
-        with trio_graceful.record_trace() as trace:
-            await bundle.shutdown(grace=10)
-        for event in trace.events:
-            print(event.time, event.kind.value, event.task)
-
-    Not a checkpoint. Raises `RuntimeError` outside a Trio run.
-    """
-    trace = Trace()
-    add_trace_hook(trace.events.append)
-    try:
-        yield trace
-    finally:
-        remove_trace_hook(trace.events.append)

@@ -1,0 +1,125 @@
+"""The rows of a timeline: one per task, named after what the user named.
+
+Plots and exports show the same rows, so they are derived here, from the
+events alone. A row is named after the last part of its task path. Trio names
+a task after its function (``myapp.server.handle_client``); the row keeps the
+function's own name (``handle_client``). A private function
+(``trio._highlevel_serve_listeners._run_handler``) is a library's wrapper
+around what the user passed, not something the user named: such a row is
+named after the bundle it runs in and its number there (``connections #2``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from ._report import ChildOutcome
+from ._trace import TraceEvent, TraceKind
+
+
+@attrs.define
+class Row:
+    """One task's line on a timeline."""
+
+    path: str
+    bundle: str = ""
+    start: float | None = None
+    end: float | None = None
+    outcome: ChildOutcome | None = None
+    stop_received: list[float] = attrs.field(factory=list[float])
+
+    @property
+    def name(self) -> str:
+        """What to call the row; see the module's docstring."""
+        return row_name(self.path, self.bundle)
+
+    @property
+    def depth(self) -> int:
+        """How deep the task is in the tree of bundles."""
+        return self.path.count("/")
+
+
+def row_name(path: str, bundle: str) -> str:
+    """Name the row of the task at ``path``, a child of the bundle ``bundle``."""
+    base, number = _split_number(path.rsplit("/", 1)[-1])
+    parts = base.split(".")
+    if len(parts) > 1 and all(p.isidentifier() or p == "<locals>" for p in parts):
+        base = parts[-1]  # a function's qualified name
+    if base.startswith("_") and bundle:
+        return f"{bundle.rsplit('/', 1)[-1]} #{number}"
+    return base if number == 1 else f"{base}#{number}"
+
+
+def _split_number(name: str) -> tuple[str, int]:
+    """``"handler#10"`` -> ``("handler", 10)`` (see `task_path`)."""
+    base, mark, number = name.rpartition("#")
+    if mark and number.isdigit():
+        return base, int(number)
+    return name, 1
+
+
+def rows(events: Iterable[TraceEvent]) -> list[Row]:
+    """Return one row per task that started, ended or got STOP, in tree order.
+
+    A bundle's children stay together, under the task that owns the bundle,
+    and namesakes are in number order (``handler#9`` before ``handler#10``).
+    """
+    found: dict[str, Row] = {}
+    for event in events:
+        if event.task is None:
+            continue
+        if event.kind is TraceKind.CHILD_STARTED:
+            row = found.setdefault(event.task, Row(event.task))
+            row.start, row.bundle = event.time, event.bundle
+        elif event.kind is TraceKind.CHILD_ENDED:
+            row = found.setdefault(event.task, Row(event.task))
+            row.end, row.outcome, row.bundle = event.time, event.outcome, event.bundle
+        elif event.kind is TraceKind.STOP_RECEIVED:
+            found.setdefault(event.task, Row(event.task)).stop_received.append(
+                event.time
+            )
+    return sorted(
+        found.values(), key=lambda row: list(map(_split_number, row.path.split("/")))
+    )
+
+
+@attrs.frozen
+class Placed:
+    """Where a label goes: its lane (0 nearest the rows) and its extent."""
+
+    lane: int
+    left: float
+    right: float
+    align: str
+    """``"left"`` if the label starts at its line, ``"right"`` if it ends there."""
+
+
+def place_labels(
+    anchors: Sequence[tuple[float, float]], *, limit: float, gap: float
+) -> list[Placed]:
+    """Give each label a lane so that no two labels in a lane overlap.
+
+    ``anchors`` are ``(x, width)`` pairs, in one unit (points), sorted by
+    ``x``. A label starts ``gap`` right of its ``x``, or ends ``gap`` left of
+    it when it would run past ``limit``. It takes the first lane where it
+    keeps ``gap`` away from every label already there.
+    """
+    placed: list[Placed] = []
+    ends: list[list[tuple[float, float]]] = []  # per lane: the extents taken
+    for x, width in anchors:
+        left, align = x + gap, "left"
+        if left + width > limit and x - gap - width >= 0:
+            left, align = x - gap - width, "right"
+        right = left + width
+        lane = 0
+        while lane < len(ends) and any(
+            left < end + gap and begin < right + gap for begin, end in ends[lane]
+        ):
+            lane += 1
+        if lane == len(ends):
+            ends.append([])
+        ends[lane].append((left, right))
+        placed.append(Placed(lane, left, right, align))
+    return placed
