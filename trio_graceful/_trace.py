@@ -13,6 +13,7 @@ exporting them are layers above, in ``_recording``, ``_plot`` and
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -145,11 +146,21 @@ _hooks: trio.lowlevel.RunVar[list[TraceHook]] = trio.lowlevel.RunVar(
 
 @attrs.define
 class _HookCount:
+    """The hooks installed in all runs together: zero means "emit nothing".
+
+    The hot paths check ``if tracing.active:`` without touching the RunVar;
+    the hooks themselves are per run. Runs in other threads change the count
+    too, hence the lock.
+    """
+
     active: int = 0
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def change(self, by: int) -> None:
+        with self._lock:
+            self.active += by
 
 
-# Hooks installed in all runs together; zero means "emit nothing", which the
-# hot paths check (``if tracing.active:``) without touching the RunVar.
 tracing = _HookCount()
 
 
@@ -175,7 +186,7 @@ def add_trace_hook(hook: TraceHook) -> None:
     """
     _check_hook(hook)
     _run_hooks().append(hook)
-    tracing.active += 1
+    tracing.change(+1)
 
 
 def _check_hook(hook: object) -> None:
@@ -196,7 +207,7 @@ def remove_trace_hook(hook: TraceHook) -> None:
     if hook not in hooks:
         raise KeyError(f"trace hook {hook!r} is not installed in this run")
     hooks.remove(hook)
-    tracing.active -= 1
+    tracing.change(-1)
 
 
 def emit(
