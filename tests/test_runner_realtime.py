@@ -33,7 +33,7 @@ PROGRAM = textwrap.dedent(
         runner = trio_graceful.current_runner()
         runner.root.start_soon(stuck, name="stuck")
         await trio.sleep(0)
-        print("ready", flush=True)
+        print("ready", time.monotonic(), flush=True)
         if mode == "freeze":
             time.sleep(600)  # Trio never runs again
 
@@ -46,7 +46,13 @@ PROGRAM = textwrap.dedent(
 )
 
 
-def start(tmp_path: Path, mode: str) -> subprocess.Popen[bytes]:
+def start(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[bytes], float]:
+    """Start the program; return it and when it was ready, on its own clock.
+
+    CLOCK_MONOTONIC is the same for every process, so an interval measured
+    from the child's timestamp does not shrink when this process is slow to
+    read the line.
+    """
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
     process = subprocess.Popen(
@@ -56,22 +62,24 @@ def start(tmp_path: Path, mode: str) -> subprocess.Popen[bytes]:
         stderr=subprocess.PIPE,
     )
     assert process.stdout is not None
-    assert process.stdout.readline() == b"ready\n"
-    return process
+    word, ready_at = process.stdout.readline().split()
+    assert word == b"ready"
+    return process, float(ready_at)
 
 
-def finish(process: subprocess.Popen[bytes]) -> tuple[int, float, str]:
-    start_time = time.monotonic()
-    _, stderr = process.communicate(timeout=10)
-    return process.returncode, time.monotonic() - start_time, stderr.decode()
+def finish(process: subprocess.Popen[bytes], since: float) -> tuple[int, float, str]:
+    """Wait for the exit; return the status, the seconds since ``since``, stderr."""
+    _, stderr = process.communicate(timeout=30)
+    return process.returncode, time.monotonic() - since, stderr.decode()
 
 
 def test_a_hard_cancel_that_does_not_unwind_ends_after_the_budget(tmp_path):
     # No signal at all: main returns, the grace runs out on the stuck task,
     # and the hard cancel cannot reach it.
-    status, elapsed, stderr = finish(start(tmp_path, "no-signals"))
+    # The shutdown begins when main returns, after it printed "ready".
+    status, elapsed, stderr = finish(*start(tmp_path, "no-signals"))
     assert status == 99
-    assert 0.3 + 0.4 <= elapsed < 0.3 + 0.4 + 3
+    assert 0.3 + 0.4 <= elapsed < 0.3 + 0.4 + 20
     # The budget counts from the hard cancel at the end of the grace, which
     # is also the end of "grace + budget" counted from the shutdown's start.
     assert stderr.startswith(
@@ -85,12 +93,13 @@ def test_a_hard_cancel_that_does_not_unwind_ends_after_the_budget(tmp_path):
 
 
 def test_one_signal_to_a_frozen_program_ends_after_grace_and_budget(tmp_path):
-    process = start(tmp_path, "freeze")
+    process, _ = start(tmp_path, "freeze")
     time.sleep(0.1)
+    signalled_at = time.monotonic()  # the deadlines count from a later moment
     process.send_signal(signal.SIGTERM)
-    status, elapsed, stderr = finish(process)
+    status, elapsed, stderr = finish(process, signalled_at)
     assert status == 99
-    assert 0.3 + 0.4 - 0.1 <= elapsed < 0.3 + 0.4 + 3
+    assert 0.3 + 0.4 <= elapsed < 0.3 + 0.4 + 20
     # Trio never saw the signal: the only lines are the watchdog's.
     assert stderr.startswith(
         "emergency exit: the shutdown did not finish within the grace of 0.3 s "
@@ -132,14 +141,18 @@ def test_second_signal_exit_ends_the_process_without_unwinding(tmp_path):
     assert process.stdout is not None
     assert process.stdout.readline() == b"ready\n"
     process.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    # The second signal only once the first was handled: when both are
+    # pending together, CPython runs their handlers in the order of their
+    # numbers, SIGINT (2) before SIGTERM (15).
+    assert process.stderr is not None
+    assert process.stderr.readline() == b"SIGTERM: shutting down (grace 60 s)\n"
     start_time = time.monotonic()
     process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=10)
+    stdout, stderr = process.communicate(timeout=30)
     elapsed = time.monotonic() - start_time
     assert process.returncode == 128 + signal.SIGTERM
-    assert elapsed < 0.5
+    # Far below the 60 s grace: it did not wait for the drain. (How fast
+    # it exits is for a benchmark, not for a test on a shared machine.)
+    assert elapsed < 10
     assert stdout == b""  # no finally block ran
-    assert stderr.decode() == (
-        "SIGTERM: shutting down (grace 60 s)\nexiting at once: SIGINT again\n"
-    )
+    assert stderr.decode() == "exiting at once: SIGINT again\n"

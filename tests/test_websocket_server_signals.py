@@ -286,6 +286,12 @@ async def test_signal_amid_continuous_requests_loses_nothing_read(reject):
     await run_rounds(one_round, ROUNDS)
 
 
+# A graceful drain of requests of 60 s of work would take the request grace
+# (20 s by default); an exit "at once" takes a small part of it, even on a
+# busy machine. How fast it is belongs in a benchmark.
+LONG_DRAIN = ("--grace", "60")
+AT_ONCE = 10.0
+
 SIGNAL_PAIRS = [
     (signal.SIGTERM, signal.SIGTERM),
     (signal.SIGINT, signal.SIGINT),
@@ -324,7 +330,7 @@ async def test_second_signal_ends_the_process_at_once():
     async def one_round(index: int) -> None:
         first, second = SIGNAL_PAIRS[index % len(SIGNAL_PAIRS)]
         async with (
-            server_process() as server,
+            server_process(*LONG_DRAIN) as server,
             open_wire_client(server.port) as one,
             open_wire_client(server.port) as two,
         ):
@@ -340,7 +346,7 @@ async def test_second_signal_ends_the_process_at_once():
             # Closed without an answer and without a CLOSE.
             await one.receive_eof()
             await two.receive_eof()
-        assert elapsed < 0.5
+        assert elapsed < AT_ONCE
 
     await run_rounds(one_round, rounds)
 
@@ -359,7 +365,7 @@ async def test_second_signal_ends_the_process_at_once_with_1000_connections():
     raise_open_file_limit(connections + 256)
     with trio.fail_after(TIMEOUT):
         async with (
-            server_process() as server,
+            server_process(*LONG_DRAIN) as server,
             contextlib.AsyncExitStack() as stack,
         ):
             clients = [
@@ -374,7 +380,7 @@ async def test_second_signal_ends_the_process_at_once_with_1000_connections():
             )
             for client in clients:
                 await client.receive_eof()
-    assert elapsed < 0.5
+    assert elapsed < AT_ONCE
 
 
 async def test_grace_hard_closes_a_client_that_never_answers_close():
@@ -393,13 +399,13 @@ async def test_grace_hard_closes_a_client_that_never_answers_close():
             await silent.send_request(1, 0)
             assert await silent.receive() == wsproto.events.TextMessage('{"id": 1}')
             await server.wait_for(": connected$", count=3)
+            t0 = trio.current_time()  # the grace starts after the signal
             server.process.send_signal(signal.SIGTERM)
-            t0 = trio.current_time()
             assert await silent.receive_close() == SHUTTING_DOWN
             await silent.receive_eof()
             elapsed = trio.current_time() - t0
             status = await server.exit_status()
-        assert 0.9 < elapsed < 5
+        assert 1 <= elapsed < TIMEOUT / 6
         assert status == 0
         for result in results:
             assert (result.close_code, result.close_reason) == SHUTTING_DOWN
@@ -448,8 +454,9 @@ async def test_demo_runs_and_reports_both_shutdowns():
 
 
 async def test_listeners_close_at_once_under_load():
-    # 200 clients pipeline requests of no work as fast as they can; from
-    # 50 ms after the signal on, no new connection may be served.
+    # 200 clients pipeline requests of no work as fast as they can. The
+    # listeners close first thing, while all of them are still connected,
+    # and no connection attempted after that is served.
     busy = 200
     raise_open_file_limit(busy + 100)
     records = [ClientRecord() for _ in range(busy)]
@@ -473,12 +480,23 @@ async def test_listeners_close_at_once_under_load():
                 served.append(attempted)
             await trio.sleep(0.01)
         assert await server.exit_status() == 0
-    # Counted from when the server took the signal (a busy machine may
-    # deliver it late): the runner logs it to the millisecond.
+    # Counted from the server's own log, not from when this process sent
+    # the signal (a busy machine may deliver it late, or run the server
+    # late): the lines are stamped to the millisecond.
     [signalled] = [
         logged_at(line) for line in server.lines if "SIGTERM: shutting down" in line
     ]
-    served = [round(at - signalled, 3) for at in served if at - signalled >= 0.05]
+    [(stopped, still_open)] = [
+        (logged_at(line), int(m.group(1)))
+        for line in server.lines
+        if (m := re.search(r"stopped accepting; closing (\d+) connections", line))
+    ]
+    assert still_open >= busy  # before any connection was closed
+    # A generous bound, against a server that keeps accepting for a while.
+    assert stopped - signalled < 5
+    # Attempted once the line was written (it may have been written up to
+    # 1 ms after its stamp), and served all the same: none.
+    served = [round(at - stopped, 3) for at in served if at - stopped >= 0.001]
     assert served == []
     assert all(record.close_code == 1001 for record in records)
 
