@@ -28,6 +28,7 @@ from typing import Final, cast, final
 import attrs
 import trio
 
+from ._statetable import describe_sources, legal_sources as table_sources, reachable
 from ._trace import TraceKind, emit, tracing
 from ._util import NoPublicConstructor
 
@@ -89,29 +90,15 @@ TRANSITIONS: Final[Mapping[tuple[LifecycleState, Event], LifecycleState]] = (
 INITIAL_STATE: Final = LifecycleState.UNINITIALIZED
 
 
-def _reachable() -> Mapping[LifecycleState, frozenset[LifecycleState]]:
-    """For each state, the states that some sequence of events leads to."""
-    result: dict[LifecycleState, frozenset[LifecycleState]] = {}
-    for start in LifecycleState:
-        seen: set[LifecycleState] = set()
-        todo = [start]
-        while todo:
-            state = todo.pop()
-            for (source, _), target in TRANSITIONS.items():
-                if source is state and target not in seen:
-                    seen.add(target)
-                    todo.append(target)
-        result[start] = frozenset(seen)
-    return MappingProxyType(result)
-
-
-REACHABLE: Final = _reachable()
+REACHABLE: Final[Mapping[LifecycleState, frozenset[LifecycleState]]] = MappingProxyType(
+    {state: reachable(TRANSITIONS, [state]) for state in LifecycleState}
+)
 """For each state, the states still reachable from it (itself only via a cycle)."""
 
 
 def legal_sources(event: Event) -> tuple[LifecycleState, ...]:
     """The states in which ``event`` is legal, in declaration order."""
-    return tuple(s for s in LifecycleState if (s, event) in TRANSITIONS)
+    return table_sources(TRANSITIONS, LifecycleState, event)
 
 
 class IllegalTransitionError(RuntimeError):
@@ -250,7 +237,7 @@ class Lifecycle(metaclass=NoPublicConstructor):
         source = self._state
         target = TRANSITIONS.get((source, event))
         if target is None:
-            legal = " or ".join(s.value for s in legal_sources(event))
+            legal = describe_sources(legal_sources(event))
             raise IllegalTransitionError(
                 f"lifecycle {self._name!r} cannot {event.value} while "
                 f"{source.value}; that is legal only while {legal}"

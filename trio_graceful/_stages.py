@@ -26,6 +26,8 @@ from typing import Final, final
 
 import trio
 
+from ._statetable import reachable
+
 
 class Stage(enum.Enum):
     """The stages of a run, in the order a run meets them."""
@@ -66,15 +68,8 @@ STAGES: Final[Mapping[tuple[Stage, Move], Stage]] = MappingProxyType(
 
 def _after(moves: frozenset[Move]) -> frozenset[Stage]:
     """The stages that one of ``moves``, then any moves, lead to."""
-    seen = {target for (_, move), target in STAGES.items() if move in moves}
-    todo = list(seen)
-    while todo:
-        stage = todo.pop()
-        for (source, _), target in STAGES.items():
-            if source is stage and target not in seen:
-                seen.add(target)
-                todo.append(target)
-    return frozenset(seen)
+    first = {target for (_, move), target in STAGES.items() if move in moves}
+    return frozenset(first) | reachable(STAGES, first)
 
 
 SHUTTING_DOWN: Final = _after(frozenset({Move.SHUT_DOWN, Move.FORCE}))

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from ._statetable import describe_sources, legal_sources as table_sources
+
 
 class StopPosition(enum.Enum):
     """Where the STOP of one inbox is, in the order it moves.
@@ -102,7 +104,7 @@ REQUESTED: Final = frozenset({_P.BEHIND_SENDERS, _P.IN_BUFFER, _P.REACHED, _P.MO
 
 def legal_sources(event: StopEvent) -> tuple[StopPosition, ...]:
     """The positions in which ``event`` is legal, in declaration order."""
-    return tuple(p for p in StopPosition if (p, event) in TRANSITIONS)
+    return table_sources(TRANSITIONS, StopPosition, event)
 
 
 class StopPositionError(RuntimeError):
@@ -121,7 +123,7 @@ def next_position(position: StopPosition, event: StopEvent) -> StopPosition:
     """
     target = TRANSITIONS.get((position, event))
     if target is None:
-        legal = " or ".join(p.value for p in legal_sources(event))
+        legal = describe_sources(legal_sources(event))
         raise StopPositionError(
             f"STOP cannot {event.value} while {position.value}; that is legal "
             f"only while {legal}"

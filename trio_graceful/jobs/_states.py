@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from .._statetable import describe_sources, legal_sources as table_sources
+
 
 class JobState(enum.Enum):
     """The persisted state of a job.
@@ -101,7 +103,7 @@ class JobNotFoundError(LookupError):
 
 def legal_sources(event: JobEvent) -> tuple[JobState, ...]:
     """The states in which ``event`` is legal, in declaration order."""
-    return tuple(s for s in JobState if (s, event) in TRANSITIONS)
+    return table_sources(TRANSITIONS, JobState, event)
 
 
 def check_transition(job_id: str, state: JobState, event: JobEvent) -> JobState:
@@ -112,7 +114,7 @@ def check_transition(job_id: str, state: JobState, event: JobEvent) -> JobState:
     """
     target = TRANSITIONS.get((state, event))
     if target is None:
-        legal = " or ".join(s.value for s in legal_sources(event))
+        legal = describe_sources(legal_sources(event))
         raise IllegalJobTransitionError(
             f"job {job_id} cannot {event.value} while {state.value}; "
             f"that is legal only while {legal}"
