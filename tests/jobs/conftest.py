@@ -19,6 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from . import support
+
 INSTALL = (
     "PostgreSQL is not installed: apt-get install -y postgresql "
     "(and pip install -e '.[postgres]') to run these tests"
@@ -104,3 +106,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/jobs.db"
     return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture(autouse=True)
+def close_mock_stores() -> Iterator[None]:
+    """Close the stores a test made with `support.mock_store`."""
+    yield
+    while support.opened:
+        support.opened.pop().close()

@@ -11,10 +11,18 @@ import trio
 from trio_graceful import InboxReceiver, InboxSender, open_inbox
 from trio_graceful.jobs import JobContext, JobStore, Worker, open_store
 
+# Stores made by mock_store, closed after each test (tests/jobs/conftest.py).
+opened: list[JobStore] = []
+
 
 def mock_store(path: str = ":memory:") -> JobStore:
-    """A store whose clock is Trio's and whose queries run in the Trio thread."""
-    return open_store(f"sqlite:///{path}", clock=trio.current_time, offload=False)
+    """A store whose clock is Trio's and whose queries run in the Trio thread.
+
+    It is closed when the test ends.
+    """
+    store = open_store(f"sqlite:///{path}", clock=trio.current_time, offload=False)
+    opened.append(store)
+    return store
 
 
 @asynccontextmanager

@@ -20,6 +20,7 @@ from trio_graceful.jobs import (
     open_store,
 )
 
+from . import support
 from .support import mock_store
 
 S = JobState
@@ -187,6 +188,7 @@ def test_the_file_is_durable_and_shared(tmp_path: Path) -> None:
 
 async def test_the_offloaded_store_runs_its_queries_in_threads(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    support.opened.append(store)
     ids = [await store.submit("k") for _ in range(3)]
     async with trio.open_nursery() as nursery:
         for _ in range(4):

@@ -118,7 +118,8 @@ async def test_postgres_notifies_listening_workers(postgres_url: str) -> None:
     client = open_store(postgres_url)
     try:
         assert listener.listens
-        assert not open_store("sqlite:///:memory:").listens
+        with open_store("sqlite:///:memory:") as plain:
+            assert not plain.listens
         await listener.wait_for_news(0.01)  # LISTEN is in place from here on
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:

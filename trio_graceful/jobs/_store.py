@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 import attrs
 import trio
@@ -26,6 +26,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_STORE_URL: Final = "sqlite:///jobs.db"
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def check_timeout(value: object, *, argument: str = "timeout") -> float | None:
@@ -259,6 +262,13 @@ class JobStore:
     def close(self) -> None:
         """Close the database connection. Not a checkpoint."""
         self._queries.close()
+
+    def __enter__(self) -> Self:
+        """``with open_store(url) as store:`` closes the store after the block."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def open_store(
