@@ -6,11 +6,14 @@ import sys
 from pathlib import Path
 
 import trio_graceful
+import trio_graceful.jobs
 
-# The package presents its names as trio_graceful.X; autodoc needs the real
-# modules to read the docstrings of attributes (attrs fields, enum members).
-for _name, _module in trio_graceful._defined_in.items():
-    getattr(trio_graceful, _name).__module__ = _module
+# The packages present their names as trio_graceful.X and
+# trio_graceful.jobs.X; autodoc needs the real modules to read the docstrings
+# of attributes (attrs fields, enum members).
+for _package in (trio_graceful, trio_graceful.jobs):
+    for _name, _module in _package._defined_in.items():
+        getattr(_package, _name).__module__ = _module
 
 # The documentation draws some figures with the example programs.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -70,6 +73,7 @@ _EXTERNAL = [
     "subprocess",
     "sys",
     "threading",
+    "time",
     "tracemalloc",
     "types",
     "typing",
@@ -78,7 +82,7 @@ nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
     # Type variables in the signatures (T, U, R, PosArgT): they stand for the
     # caller's types and have no entry of their own to link to.
-    (r"py:class", r"(trio_graceful\._\w+\.)?(T|U|R|PosArgT)"),
+    (r"py:class", r"(trio_graceful(\.jobs)?\._\w+\.)?(T|U|R|PosArgT)"),
     # Trace.plot's matplotlib Axes, imported only for type checkers (the
     # plot extra is optional), so autodoc sees the bare name.
     (r"py:class", r"Axes"),

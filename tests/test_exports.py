@@ -1,19 +1,35 @@
-"""The public surface: every name is exported once, reads as trio_graceful.X
-and is documented in the reference."""
+"""The public surface: every name is exported once, reads as the package's
+own (trio_graceful.X, trio_graceful.jobs.X) and is documented in the
+package's reference."""
 
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 import trio_graceful
+import trio_graceful.jobs
 
-PUBLIC = sorted(
-    name
-    for name in vars(trio_graceful)
-    if not name.startswith("_") and not inspect.ismodule(getattr(trio_graceful, name))
+DOCS = Path(__file__).parent.parent / "docs"
+# Each package and the page that holds its reference.
+PACKAGES = [(trio_graceful, "reference.rst"), (trio_graceful.jobs, "jobs.rst")]
+# Type aliases described in the text of a function that takes them.
+UNLISTED = {"TraceHook"}  # described in add_trace_hook
+
+per_package = pytest.mark.parametrize(
+    ("package", "page"), PACKAGES, ids=[package.__name__ for package, _ in PACKAGES]
 )
-REFERENCE = (Path(__file__).parent.parent / "docs" / "reference.rst").read_text()
+
+
+def _public(package: ModuleType) -> list[str]:
+    return sorted(
+        name
+        for name in vars(package)
+        if not name.startswith("_") and not inspect.ismodule(getattr(package, name))
+    )
 
 
 def _defined_here(value: object) -> bool:
@@ -24,32 +40,47 @@ def _defined_here(value: object) -> bool:
     )
 
 
-def test_public_names_read_as_the_package():
-    for name in PUBLIC:
-        value = getattr(trio_graceful, name)
+@per_package
+def test_public_names_read_as_the_package(package: ModuleType, page: str):
+    checked = 0
+    for name in _public(package):
+        value = getattr(package, name)
         if _defined_here(value):
-            assert value.__module__ == "trio_graceful", name
+            assert value.__module__ == package.__name__, name
             assert value.__qualname__ == name, name
+            checked += 1
+    assert checked > 0
 
 
-def test_public_names_are_documented():
+@per_package
+def test_public_names_are_documented(package: ModuleType, page: str):
+    reference = (DOCS / page).read_text()
+    assert f".. module:: {package.__name__}\n" in reference
     undocumented = [
         name
-        for name in PUBLIC
-        if name != "TraceHook"  # a type alias, described in add_trace_hook
-        and f":: {name}\n" not in REFERENCE
-        and f":: {name}(" not in REFERENCE
+        for name in _public(package)
+        if name not in UNLISTED
+        and f":: {name}\n" not in reference
+        and f":: {name}(" not in reference
     ]
     assert undocumented == []
 
 
-def test_no_private_module_leaks_a_public_name_twice():
+@per_package
+def test_no_private_module_leaks_a_public_name_twice(package: ModuleType, page: str):
     seen: dict[int, str] = {}
-    for name in PUBLIC:
-        value = getattr(trio_graceful, name)
+    for name in _public(package):
+        value = getattr(package, name)
         if _defined_here(value):
             assert id(value) not in seen, (name, seen.get(id(value)))
             seen[id(value)] = name
+
+
+def test_private_helpers_stay_private():
+    # The helper that renames the modules is not itself a public name.
+    for package, _ in PACKAGES:
+        assert "present_as_package" not in vars(package)
+        assert "_present_as_package" not in vars(package)
 
 
 def test_version():

@@ -15,6 +15,7 @@ from ._admission import (
 from ._aio import AsyncioInbox as AsyncioInbox, run_asyncio as run_asyncio
 from ._bundle import Bundle as Bundle, open_bundle as open_bundle
 from ._exitcodes import ExitCodes as ExitCodes
+from ._exports import present_as_package as _present_as_package
 from ._inbox import (
     InboxReceiver as InboxReceiver,
     InboxSender as InboxSender,
@@ -64,17 +65,5 @@ from ._version import __version__ as __version__
 
 # Where each public name is really defined; the documentation build needs it
 # to find the docstrings of attributes in the source.
-_defined_in: dict[str, str] = {}
-
-
-def _fix_module_names() -> None:
-    # Tracebacks, reprs and docs say trio_graceful.X, not trio_graceful._mod.X.
-    for name, value in list(globals().items()):
-        module = getattr(value, "__module__", "")
-        if module.startswith(f"{__name__}._"):
-            _defined_in[name] = module
-            value.__module__ = __name__
-
-
-_fix_module_names()
-del _fix_module_names
+_defined_in: dict[str, str] = _present_as_package(globals(), __name__)
+del _present_as_package

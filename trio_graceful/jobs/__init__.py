@@ -5,6 +5,7 @@ in a bundle of its own, and settles every transition in the store together
 with a row of the audit log. See the how-to "Durable background jobs".
 """
 
+from .._exports import present_as_package as _present_as_package
 from ._context import (
     CallTimeoutError as CallTimeoutError,
     JobContext as JobContext,
@@ -25,3 +26,8 @@ from ._worker import (
     Worker as Worker,
     WorkerStatistics as WorkerStatistics,
 )
+
+# Where each public name is really defined; the documentation build needs it
+# to find the docstrings of attributes in the source.
+_defined_in: dict[str, str] = _present_as_package(globals(), __name__)
+del _present_as_package

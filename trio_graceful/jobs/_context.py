@@ -85,7 +85,7 @@ class JobContext(metaclass=NoPublicConstructor):
 
     @property
     def progress(self) -> Mapping[str, Any] | None:
-        """The latest progress: at the start, what the last attempt saved."""
+        """The latest progress; at the start, what the last attempt saved."""
         return self._progress
 
     @property
@@ -167,7 +167,9 @@ class JobContext(metaclass=NoPublicConstructor):
     async def run_in_thread(
         self, sync_fn: Callable[[StopFlag], R], *, name: str | None = None
     ) -> R:
-        """Run ``sync_fn(stop_flag)`` in a thread, under the worker's `ThreadBudget`.
+        """Run ``sync_fn(stop_flag)`` in a thread, under the worker's budget.
+
+        The budget is the `~trio_graceful.ThreadBudget` given to the `Worker`.
 
         The flag is set when the job is asked to stop; a hard cancel abandons
         the thread (see `trio_graceful.run_in_thread`). This is a checkpoint.

@@ -21,7 +21,7 @@ class JobRecord:
     id: str
     """The job's id, unique in its store."""
     kind: str
-    """What to run: a key of the worker's registry of job functions."""
+    """The job function to run, by its key in the worker's registry."""
     payload: Mapping[str, Any]
     """The job's arguments, as submitted (JSON values)."""
     state: JobState
@@ -114,6 +114,6 @@ class AuditEvent:
     at: float
     """When."""
     worker: str | None
-    """Who wrote it: a worker id, or `None` for a client."""
+    """The id of the worker that wrote it, or `None` for a client."""
     reason: str
     """Why, in words."""

@@ -60,13 +60,11 @@ class JobStore:
     Create one with `open_store`. All async methods are checkpoints; each
     runs its queries in one transaction, in a worker thread.
 
-    Args:
-        queries: The store's synchronous operations.
-        clock: Returns the current time in seconds; `time.time` by default.
-            Called in the Trio thread.
-        offload: Run the queries in a worker thread (the default). `False`
-            runs them in the Trio thread, which keeps a test under Trio's
-            mock clock exact.
+    The constructor takes the store's synchronous operations; ``clock``,
+    called in the Trio thread, returns the current time in seconds
+    (`time.time` by default); ``offload=False`` runs the queries in the Trio
+    thread instead of a worker thread, which keeps a test under Trio's mock
+    clock exact.
     """
 
     _queries: SqlQueries
