@@ -87,6 +87,22 @@ async def test_cancel_and_rescue(store_url: str) -> None:
         store.close()
 
 
+async def test_jobs_reads_records_in_the_order_asked(store_url: str) -> None:
+    with open_store(store_url) as store:
+        first, second, third = [await store.submit(kind) for kind in "abc"]
+        await store.request_cancel(second)
+        assert [job.id for job in await store.jobs()] == [first, second, third]
+        asked = await store.jobs([third, first, second])
+        assert [(job.id, job.kind, job.state) for job in asked] == [
+            (third, "c", S.QUEUED),
+            (first, "a", S.QUEUED),
+            (second, "b", S.CANCELLED),
+        ]
+        assert await store.jobs([]) == []
+        with pytest.raises(JobNotFoundError, match=r"^no job with id 'nope'$"):
+            await store.jobs([first, "nope"])
+
+
 def test_concurrent_claims_take_each_job_once(store_url: str) -> None:
     """Eight connections claim at once, in threads: every job exactly once."""
     setup = open_store(store_url)

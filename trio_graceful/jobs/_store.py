@@ -250,7 +250,13 @@ class JobStore:
         return await self._call(self._queries.get, job_id)
 
     async def jobs(self, ids: Sequence[str] | None = None) -> list[JobRecord]:
-        """The records of ``ids`` (all jobs if None), in that order."""
+        """The records of ``ids`` in that order, or of all jobs, oldest first.
+
+        Clients read the status of their jobs with this.
+
+        Raises:
+            JobNotFoundError: if one of ``ids`` is not a job of the store.
+        """
         return await self._call(self._queries.jobs, ids)
 
     async def events(self, job_id: str | None = None) -> list[AuditEvent]:
