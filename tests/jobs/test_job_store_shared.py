@@ -11,16 +11,21 @@ import threading
 
 import pytest
 import trio
+import trio.testing
 
 from trio_graceful.jobs import (
     IllegalJobTransitionError,
+    JobContext,
     JobEvent,
     JobNotFoundError,
     JobState,
     LostJobError,
+    Worker,
     open_store,
 )
 from trio_graceful.jobs._sql import SqlQueries
+
+from .support import serving
 
 S = JobState
 
@@ -145,3 +150,48 @@ async def test_postgres_notifies_listening_workers(postgres_url: str) -> None:
     finally:
         listener.close()
         client.close()
+
+
+@pytest.mark.realtime
+async def test_a_postgres_worker_hears_a_cancel_request_by_notify(
+    postgres_url: str,
+) -> None:
+    """The worker polls once an hour, so only the NOTIFY can bring the request."""
+    running = trio.Event()
+    stop_seen = trio.Event()
+
+    async def waits_for_stop(ctx: JobContext) -> None:
+        running.set()
+        await ctx.wait_stop()
+        stop_seen.set()
+        await ctx.checkpoint()  # raises JobStopped
+
+    hour = 3600.0
+    with open_store(postgres_url) as client, open_store(postgres_url) as store:
+        job_id = await client.submit("wait")
+        await store.wait_for_news(0.01)  # LISTEN is in place from here on
+        worker = Worker(
+            store,
+            {"wait": waits_for_stop},
+            worker_id="w1",
+            poll_interval=hour,
+            lease=hour,
+            cancel_grace=hour,
+        )
+        with trio.fail_after(60):
+            async with serving(worker):
+                await running.wait()
+                # Every task of the worker waits: for news, its hourly poll
+                # or its job; none is about to look at the store by itself.
+                await trio.testing.wait_all_tasks_blocked()
+                await client.request_cancel(job_id)
+                await stop_seen.wait()
+        job = await client.get(job_id)
+        assert (job.state, job.error) == (S.CANCELLED, "cancelled cooperatively")
+        log = await client.events(job_id)
+        assert [(e.source, e.target, e.worker) for e in log] == [
+            (None, S.QUEUED, None),
+            (S.QUEUED, S.RUNNING, "w1"),
+            (S.RUNNING, S.CANCELLING, "w1"),
+            (S.CANCELLING, S.CANCELLED, "w1"),
+        ]
