@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from trio_graceful import open_inbox
 from trio_graceful.jobs import JobEvent, JobState, Worker, open_store
 from trio_graceful.jobs._sql import SqlQueries
 
@@ -71,11 +72,10 @@ def library_worker(url: str) -> None:
         pass
 
     async def main() -> None:
+        # One job at a time, as the hand-written loop runs them: like for like.
         worker = Worker(
-            open_store(url), {"noop": noop}, concurrency=4, poll_interval=0.005
+            open_store(url), {"noop": noop}, concurrency=1, poll_interval=0.005
         )
-        from trio_graceful import open_inbox
-
         sender, receiver = open_inbox()
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.serve, receiver)
