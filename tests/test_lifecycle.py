@@ -71,6 +71,7 @@ def test_every_state_is_reachable_from_the_initial_state():
 
 
 def test_shutdown_is_monotonic():
+    assert REACHABLE[S.WITHDRAWN] == {S.SHUTTING_DOWN, S.TERMINATED}
     assert REACHABLE[S.SHUTTING_DOWN] == {S.TERMINATED}
     assert REACHABLE[S.TERMINATED] == set()
     for state in LifecycleState:
@@ -78,6 +79,12 @@ def test_shutdown_is_monotonic():
     # Every running state can shut down, and nothing else can end a run.
     assert {s for (s, e) in TRANSITIONS if e is Event.SHUT_DOWN} == {
         S.STARTING,
+        S.READY,
+        S.DEGRADED,
+        S.WITHDRAWN,
+    }
+    # Only a program that took work is withdrawn from rotation first.
+    assert {s for (s, e) in TRANSITIONS if e is Event.WITHDRAW} == {
         S.READY,
         S.DEGRADED,
     }
@@ -94,7 +101,14 @@ ILLEGAL = [
 
 def test_the_table_splits_every_pair():
     assert len(LEGAL) + len(ILLEGAL) == len(LifecycleState) * len(Event)
-    assert len(LEGAL) == 9
+    assert len(LEGAL) == 12
+
+
+async def test_ready_means_taking_new_work():
+    assert {state for state in LifecycleState if lifecycle_in(state).ready} == {
+        S.READY,
+        S.DEGRADED,
+    }
 
 
 @pytest.mark.parametrize(

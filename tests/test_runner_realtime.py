@@ -156,3 +156,50 @@ def test_second_signal_exit_ends_the_process_without_unwinding(tmp_path):
     assert elapsed < 10
     assert stdout == b""  # no finally block ran
     assert stderr.decode() == "exiting at once: SIGINT again\n"
+
+
+DELAYED = textwrap.dedent(
+    """
+    import sys, time
+    import trio_graceful
+
+    async def main():
+        _, inbox = trio_graceful.current_runner().root.open_inbox()
+        print("ready", flush=True)
+        await inbox.receive()  # STOP, once the drain delay is over
+        print("stop", time.monotonic(), flush=True)
+
+    sys.exit(trio_graceful.run(
+        main, drain_delay=2, grace=0.5, unwind_budget=1,
+        exit_codes=trio_graceful.ExitCodes(emergency=99),
+    ))
+    """
+)
+
+
+def test_the_watchdog_allows_the_drain_delay_too(tmp_path):
+    # Without the delay in its deadline, the watchdog would end the process
+    # 1.5 s after the signal, in the middle of the 2 s delay.
+    script = tmp_path / "program.py"
+    script.write_text(DELAYED)
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == b"ready\n"
+    signalled_at = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stderr.decode().splitlines()[:1]) == (
+        0,
+        [
+            "SIGTERM: not ready; serving 2 s more (drain delay), then shutting "
+            "down (grace 0.5 s)"
+        ],
+    )
+    word, stopped_at = stdout.split()
+    assert word == b"stop"
+    assert float(stopped_at) - signalled_at >= 2

@@ -37,6 +37,7 @@ def at(stage: Stage) -> Stages:
     """A Stages object driven to ``stage`` along legal moves."""
     paths = {
         Stage.RUNNING: [],
+        Stage.WITHDRAWN: [Move.WITHDRAW],
         Stage.DRAINING_ROOT: [Move.SHUT_DOWN],
         Stage.FORCED_ROOT: [Move.SHUT_DOWN, Move.FORCE],
         Stage.DRAINING_SERVICES: [Move.SHUT_DOWN, Move.ROOT_CLOSED],
@@ -74,7 +75,7 @@ def test_every_move_from_every_stage(stage, move):
 
 
 def test_what_each_stage_means():
-    assert set(Stage) - {Stage.RUNNING} == SHUTTING_DOWN
+    assert set(Stage) - {Stage.RUNNING, Stage.WITHDRAWN} == SHUTTING_DOWN
     assert {Stage.FORCED_ROOT, Stage.FORCED_SERVICES, Stage.ENDED_FORCED} == FORCED
     assert {
         Stage.DRAINING_SERVICES,
@@ -87,6 +88,15 @@ def test_what_each_stage_means():
         assert stages.shutting_down == (stage in SHUTTING_DOWN)
         assert stages.forced == (stage in FORCED)
         assert stages.root_closed == (stage in ROOT_CLOSED)
+
+
+def test_the_drain_delay_comes_only_before_the_drain():
+    assert {pair for pair in STAGES if pair[1] is Move.WITHDRAW} == {
+        (Stage.RUNNING, Move.WITHDRAW)
+    }
+    assert [move for (stage, move) in STAGES if stage is Stage.WITHDRAWN] == [
+        Move.SHUT_DOWN
+    ]
 
 
 def test_forcing_is_kept_to_the_end_and_nothing_leaves_an_end():

@@ -30,6 +30,7 @@ from ._lifecycle import (
 )
 from ._paths import current_bundle as current_bundle
 from ._process import run_process as run_process
+from ._programstatus import ProgramStatus as ProgramStatus
 from ._recording import (
     Trace as Trace,
     plot_timeline as plot_timeline,

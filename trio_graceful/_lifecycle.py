@@ -10,8 +10,10 @@ The rules the table encodes:
 
 * A program starts once: ``uninitialized`` is left for good.
 * It may be degraded and recover any number of times while it runs.
-* Shutdown is monotonic: from ``shutting down`` the only way is on to
-  ``terminated``, and nothing leaves ``terminated``.
+* Leaving is monotonic: a program ``withdrawn`` from rotation (the drain
+  delay, when it no longer takes new work but still serves) only goes on to
+  ``shutting down``; from there the only way is on to ``terminated``, and
+  nothing leaves ``terminated``.
 * A shutdown may begin during startup (a signal, a failed or timed-out
   startup); the program then goes through ``shutting down`` too, because what
   had started is stopped in order.
@@ -44,6 +46,9 @@ class LifecycleState(enum.Enum):
       ``task_status``.
     * ``DEGRADED``: running, with a part known not to work
       (`Lifecycle.degrade`).
+    * ``WITHDRAWN``: the shutdown was asked for and the drain delay runs: not
+      ready (the load balancer takes the program out of rotation), but still
+      serving normally until the shutdown proper begins.
     * ``SHUTTING_DOWN``: a shutdown has begun; the grace period runs.
     * ``TERMINATED``: every task and service has ended.
     """
@@ -52,6 +57,7 @@ class LifecycleState(enum.Enum):
     STARTING = "starting"
     READY = "ready"
     DEGRADED = "degraded"
+    WITHDRAWN = "withdrawn"
     SHUTTING_DOWN = "shutting down"
     TERMINATED = "terminated"
 
@@ -63,6 +69,7 @@ class Event(enum.Enum):
     BECOME_READY = "become ready"
     DEGRADE = "degrade"
     RECOVER = "recover"
+    WITHDRAW = "withdraw"
     SHUT_DOWN = "shut down"
     TERMINATE = "terminate"
 
@@ -76,11 +83,14 @@ TRANSITIONS: Final[Mapping[tuple[LifecycleState, Event], LifecycleState]] = (
             (_S.STARTING, Event.BECOME_READY): _S.READY,
             (_S.STARTING, Event.SHUT_DOWN): _S.SHUTTING_DOWN,
             (_S.READY, Event.DEGRADE): _S.DEGRADED,
+            (_S.READY, Event.WITHDRAW): _S.WITHDRAWN,
             (_S.READY, Event.SHUT_DOWN): _S.SHUTTING_DOWN,
             # A second failing part degrades again, with its own reason.
             (_S.DEGRADED, Event.DEGRADE): _S.DEGRADED,
             (_S.DEGRADED, Event.RECOVER): _S.READY,
+            (_S.DEGRADED, Event.WITHDRAW): _S.WITHDRAWN,
             (_S.DEGRADED, Event.SHUT_DOWN): _S.SHUTTING_DOWN,
+            (_S.WITHDRAWN, Event.SHUT_DOWN): _S.SHUTTING_DOWN,
             (_S.SHUTTING_DOWN, Event.TERMINATE): _S.TERMINATED,
         }
     )
@@ -88,6 +98,9 @@ TRANSITIONS: Final[Mapping[tuple[LifecycleState, Event], LifecycleState]] = (
 """Every legal transition: ``(state, event) -> next state``."""
 
 INITIAL_STATE: Final = LifecycleState.UNINITIALIZED
+
+READY_STATES: Final = frozenset({LifecycleState.READY, LifecycleState.DEGRADED})
+"""The states in which the program takes new work (what a readiness probe asks)."""
 
 
 REACHABLE: Final[Mapping[LifecycleState, frozenset[LifecycleState]]] = MappingProxyType(
@@ -159,6 +172,16 @@ class Lifecycle(metaclass=NoPublicConstructor):
     def state(self) -> LifecycleState:
         """The current `LifecycleState`."""
         return self._state
+
+    @property
+    def ready(self) -> bool:
+        """Whether the program takes new work: True while ready or degraded.
+
+        This is what a readiness probe asks; it turns False at the first
+        shutdown signal (``withdrawn``, then ``shutting down``), while the
+        program still serves what it has.
+        """
+        return self._state in READY_STATES
 
     @property
     def reason(self) -> str:

@@ -88,8 +88,11 @@ class Program:
         main: Callable[..., Awaitable[object]],
         args: tuple[object, ...],
         options: RunOptions,
+        *,
+        budget_warning: str | None = None,
     ) -> None:
         self.main = main
+        self.budget_warning = budget_warning
         self.args = args
         self.options = options
         self.lifecycle: Lifecycle = Lifecycle._create(self.options.name)  # pyright: ignore[reportPrivateUsage]
@@ -100,6 +103,7 @@ class Program:
         self.relay = SignalRelay(options.signals)
         self.watchdog = Watchdog(
             grace=options.grace,
+            drain_delay=options.drain_delay,
             unwind_budget=options.unwind_budget,
             signals=self.relay.handled,
             exit_codes=options.exit_codes,
@@ -113,6 +117,9 @@ class Program:
         self.services_bundle: Bundle | None = None
         self.startup_scope: trio.CancelScope | None = None
         self.startup_timer_scope = trio.CancelScope()
+        self.delay_scope = trio.CancelScope()
+        self.delay_ends = math.inf
+        self.health_address: tuple[str, int] | None = None
         self.main_ready = False
         self.deadline = math.inf
         self.failure: Literal["error", "startup"] | None = None
@@ -152,6 +159,8 @@ class Program:
 
     async def _root_task(self) -> None:
         self.on_start()
+        if self.budget_warning is not None:
+            logger.warning("%s", self.budget_warning)
         # The bundles main opens ("root/<main>/connections") are the
         # program's own top level: their cancellations are news at INFO.
         log_as_news(2)
@@ -309,10 +318,47 @@ class Program:
 
     # -- shutdown --------------------------------------------------------------------
 
-    def begin_shutdown(self, reason: str, *, signum: int | None = None) -> bool:
-        """Start the shutdown; False if it had already begun."""
-        if self.stages.shutting_down:
+    def begin_shutdown(
+        self, reason: str, *, signum: int | None = None, delay: bool = False
+    ) -> bool:
+        """Start the shutdown; False if it had already begun.
+
+        With ``delay`` (a signal, `Runner.request_shutdown`), a program that
+        takes work is first withdrawn from rotation for the drain delay.
+        Without (main ended, a failure), a withdrawn program shuts down now.
+        """
+        if self.stages.shutting_down or (delay and self.stages.withdrawn):
             return False
+        if delay and self.options.drain_delay > 0 and self.lifecycle.ready:
+            self._withdraw(reason, signum)
+        else:
+            self._shut_down(reason, signum)
+        return True
+
+    def _withdraw(self, reason: str, signum: int | None) -> None:
+        delay = self.options.drain_delay
+        self.stages.move(Move.WITHDRAW)
+        self.delay_ends = trio.current_time() + delay
+        self.transition(Event.WITHDRAW, reason)
+        self.watchdog.shutdown_began(delay)
+        logger.log(
+            logging.WARNING if signum is not None else logging.INFO,
+            "%s: not ready; serving %g s more (drain delay), then shutting down (%s)",
+            signal_name(signum) if signum is not None else reason,
+            delay,
+            _format_grace(self.options.grace),
+        )
+        assert self.control is not None
+        self.control.start_soon(self._end_drain_delay, reason, name="<drain delay>")
+
+    async def _end_drain_delay(self, reason: str) -> None:
+        with self.delay_scope:
+            await trio.sleep_until(self.delay_ends)
+        if self.stages.withdrawn:
+            self._shut_down(f"{reason}, after the drain delay", None)
+
+    def _shut_down(self, reason: str, signum: int | None) -> None:
+        self.delay_scope.cancel()
         self.deadline = trio.current_time() + self.options.grace
         self.stages.move(Move.SHUT_DOWN)
         self.transition(Event.SHUT_DOWN, reason)
@@ -342,7 +388,6 @@ class Program:
         if self.deadline != math.inf:
             assert self.control is not None
             self.control.start_soon(self._notice_end_of_grace, name="<end of grace>")
-        return True
 
     async def _notice_end_of_grace(self) -> None:
         # The bundles' own deadlines hard-cancel; this only notices.
@@ -353,6 +398,8 @@ class Program:
         """Hard-cancel what is draining now; the unwind budget starts."""
         if self.stages.forced or self.stages.stage is Stage.ENDED:
             return
+        if self.stages.withdrawn:  # a second signal during the drain delay
+            self._shut_down(f"{reason}, during the drain delay", None)
         stage = self.stages.move(Move.FORCE)
         self.deadline = min(self.deadline, trio.current_time())
         # The program is ending: collecting garbage while thousands of tasks
@@ -407,7 +454,7 @@ class Program:
         name = signal_name(signum)
         for step in steps:
             if step is Step.SHUT_DOWN:
-                if not self.begin_shutdown(name, signum=signum):
+                if not self.begin_shutdown(name, signum=signum, delay=True):
                     logger.warning(
                         "%s: already shutting down; send it again to force", name
                     )

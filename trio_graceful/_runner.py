@@ -22,6 +22,7 @@ from ._bundle import Bundle
 from ._exitcodes import ExitCodes
 from ._lifecycle import Lifecycle
 from ._program import Program
+from ._programstatus import ProgramStatus, current_status
 from ._runoptions import check_run_arguments
 from ._util import NoPublicConstructor
 
@@ -90,6 +91,19 @@ class Runner(metaclass=NoPublicConstructor):
         return self._run.options.grace
 
     @property
+    def drain_delay(self) -> float:
+        """Seconds the program serves on, withdrawn, before the shutdown proper."""
+        return self._run.options.drain_delay
+
+    @property
+    def health_address(self) -> tuple[str, int] | None:
+        """The ``(host, port)`` the health endpoint listens on; None without one.
+
+        With ``health_port=0`` this is where to find the port the system chose.
+        """
+        return self._run.health_address
+
+    @property
     def lifecycle(self) -> Lifecycle:
         """The program's `Lifecycle`, which tells its state and waits for one."""
         return self._run.lifecycle
@@ -107,10 +121,23 @@ class Runner(metaclass=NoPublicConstructor):
         assert root is not None  # main and its tasks only run once it exists
         return root
 
+    def status(self) -> ProgramStatus:
+        """Return a snapshot of the program's state and of its shutdown's progress.
+
+        What the health endpoint serves at ``/statusz``. Not a checkpoint.
+
+        Raises:
+            RuntimeError: if called from another thread; use
+                ``trio.from_thread.run_sync(runner.status)``.
+        """
+        self._run.check_thread("status")
+        return current_status(self._run)
+
     def request_shutdown(self, reason: str = "requested") -> None:
         """Begin the graceful shutdown, as the first signal would.
 
-        Does nothing if the shutdown has already begun. The exit status is
+        Like the signal, it withdraws a ready program for the drain delay
+        first. Does nothing if the shutdown has already begun. The exit status is
         `ExitCodes.ok` unless something fails. Not a checkpoint.
 
         Args:
@@ -124,7 +151,7 @@ class Runner(metaclass=NoPublicConstructor):
         if not isinstance(cast("object", reason), str):
             raise TypeError(f"reason must be a string, not {reason!r}")
         self._run.check_thread("request_shutdown")
-        self._run.begin_shutdown(reason)
+        self._run.begin_shutdown(reason, delay=True)
 
     async def start_service(
         self,
@@ -203,6 +230,10 @@ def run(
     clock: trio.abc.Clock | None = None,
     name: str | None = None,
     second_signal: Literal["force", "exit"] = "force",
+    drain_delay: float = 0.0,
+    stop_budget: float = math.inf,
+    health_port: int | None = None,
+    health_host: str | None = None,
 ) -> int:
     """Run ``main(*args)`` as a program that shuts down well; return its exit status.
 
@@ -258,6 +289,26 @@ def run(
             time.
         name (str or None): The program's name, for the lifecycle and the
             log; defaults to ``main``'s name.
+        drain_delay (float): Seconds a ready program keeps serving after the
+            first signal (or `Runner.request_shutdown`), no longer ready
+            (`LifecycleState.WITHDRAWN`), before STOP and the grace begin:
+            the time a load balancer needs to stop sending it new
+            connections. A second signal during the delay hard-cancels as
+            usual. A program that is not ready yet, or whose ``main`` returns
+            or fails, skips it.
+        stop_budget (float): The time the orchestrator allows between its
+            stop signal and SIGKILL (Kubernetes'
+            ``terminationGracePeriodSeconds``, systemd's ``TimeoutStopSec``).
+            If ``drain_delay + grace + unwind_budget`` exceeds it, a warning
+            states the sum at startup and the grace is shortened to fit (then
+            the drain delay, then the unwind budget).
+        health_port (int or None): Serve the HTTP health endpoint on this
+            port (0 picks a free one; see `Runner.health_address`):
+            ``/livez``, ``/readyz`` and ``/statusz`` (`Runner.status` as
+            JSON). It starts before ``main``, as the first service, so it
+            stops last. A port in use fails the startup.
+        health_host (str or None): The address the health endpoint listens
+            on; None (the default) for every interface.
         second_signal (str): What the second signal does. ``"force"`` (the
             default) hard-cancels everything and lets it unwind: ``finally``
             blocks run and the log is complete, within ``unwind_budget``.
@@ -274,14 +325,15 @@ def run(
         TypeError: for an argument of the wrong type, a ``main`` that is a
             synchronous function, or a ``clock`` that is not a
             `trio.abc.Clock`.
-        ValueError: for a negative or NaN duration, a signal that cannot be
-            handled, a ``startup_timeout`` for a ``main`` without
+        ValueError: for a negative or NaN duration, a port outside
+            0..65535, a ``health_host`` without a ``health_port``, a signal
+            that cannot be handled, a ``startup_timeout`` for a ``main`` without
             ``task_status``, or a ``second_signal`` other than ``"force"`` and
             ``"exit"``.
         RuntimeError: if signals are to be handled and this is not the main
             thread, or if called from inside a Trio run.
     """
-    options = check_run_arguments(
+    options, budget_warning = check_run_arguments(
         main,
         grace=grace,
         unwind_budget=unwind_budget,
@@ -291,6 +343,10 @@ def run(
         clock=clock,
         name=name,
         second_signal=second_signal,
+        drain_delay=drain_delay,
+        stop_budget=stop_budget,
+        health_port=health_port,
+        health_host=health_host,
     )
     if options.signals and threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
@@ -306,7 +362,7 @@ def run(
             "trio_graceful.run() was called from inside a Trio run; "
             "it starts a run of its own"
         )
-    program = Program(main, tuple(args), options)
+    program = Program(main, tuple(args), options, budget_warning=budget_warning)
     runner = Runner._create(program)  # pyright: ignore[reportPrivateUsage]
     program.on_start = lambda: _current.set(runner)
     return program.execute()

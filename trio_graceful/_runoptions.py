@@ -17,6 +17,7 @@ from typing import Final, cast
 import attrs
 import trio
 
+from ._budget import StopTimes, fit_stop_budget
 from ._escalation import SecondSignal
 from ._exitcodes import ExitCodes
 from ._util import check_name, check_seconds, is_async_def
@@ -32,6 +33,10 @@ class RunOptions:
     name: str
     grace: float
     unwind_budget: float
+    drain_delay: float
+    stop_budget: float
+    health_port: int | None
+    health_host: str | None
     startup_timeout: float
     signals: tuple[int, ...]
     exit_codes: ExitCodes
@@ -82,6 +87,31 @@ def _check_signals(signals: object) -> tuple[int, ...]:
     return tuple(result)
 
 
+def check_port(name: str, value: object) -> int:
+    """Return ``value`` if it is a TCP port number (0 picks a free one).
+
+    Raises:
+        TypeError: if ``value`` is not an int (`bool` is refused too).
+        ValueError: if ``value`` is not in 0..65535.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a port number, not {value!r}")
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{name} must be a port number in 0..65535, not {value!r}")
+    return value
+
+
+def _check_health(port: object, host: object) -> tuple[int | None, str | None]:
+    checked_port = None if port is None else check_port("health_port", port)
+    if host is not None and not isinstance(host, str):
+        raise TypeError(f"health_host must be a string or None, not {host!r}")
+    if host is not None and checked_port is None:
+        raise ValueError(
+            f"health_host={host!r} needs a health_port (0 picks a free port)"
+        )
+    return checked_port, host
+
+
 def check_run_arguments(
     main: Callable[..., Awaitable[object]],
     *,
@@ -93,10 +123,26 @@ def check_run_arguments(
     clock: object,
     name: object,
     second_signal: object,
-) -> RunOptions:
-    """Check the arguments of `trio_graceful.run`; see its docstring for the errors."""
-    checked_grace = check_seconds("grace", grace)
-    checked_budget = check_seconds("unwind_budget", unwind_budget)
+    drain_delay: object,
+    stop_budget: object,
+    health_port: object,
+    health_host: object,
+) -> tuple[RunOptions, str | None]:
+    """Check the arguments of `trio_graceful.run`; see its docstring for the errors.
+
+    Returns:
+        The options, and a warning to log at startup if the shutdown had to
+        be shortened to fit ``stop_budget`` (see ``_budget``).
+    """
+    times, budget_warning = fit_stop_budget(
+        StopTimes(
+            drain_delay=check_seconds("drain_delay", drain_delay),
+            grace=check_seconds("grace", grace),
+            unwind_budget=check_seconds("unwind_budget", unwind_budget),
+            stop_budget=check_seconds("stop_budget", stop_budget),
+        )
+    )
+    checked_port, checked_host = _check_health(health_port, health_host)
     checked_timeout = check_seconds("startup_timeout", startup_timeout)
     checked_signals = _check_signals(signals)
     _check_main(main)
@@ -116,10 +162,14 @@ def check_run_arguments(
             f"task_status and calls task_status.started() when it is ready"
         )
     program = name if isinstance(name, str) else getattr(main, "__name__", "main")
-    return RunOptions(
+    options = RunOptions(
         name=str(program),
-        grace=checked_grace,
-        unwind_budget=checked_budget,
+        grace=times.grace,
+        unwind_budget=times.unwind_budget,
+        drain_delay=times.drain_delay,
+        stop_budget=times.stop_budget,
+        health_port=checked_port,
+        health_host=checked_host,
         startup_timeout=checked_timeout,
         signals=checked_signals,
         exit_codes=exit_codes,
@@ -127,3 +177,4 @@ def check_run_arguments(
         second_signal=second_signal,
         takes_task_status=task_status,
     )
+    return options, budget_warning

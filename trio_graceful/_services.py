@@ -83,6 +83,11 @@ class ServiceStack:
         """The names of the services that became ready, in start order."""
         return [entry.name for entry in self._entries]
 
+    @property
+    def running(self) -> list[str]:
+        """The names of the services that became ready and have not ended."""
+        return [entry.name for entry in self._entries if not entry.done.is_set()]
+
     def close(self, reason: str) -> None:
         """Refuse further starts, giving ``reason`` in the error."""
         if self._closed_reason is None:

@@ -8,6 +8,8 @@ is draining?) is derived from the table, never kept in a flag beside it.
 
 The rules the table encodes:
 
+* A shutdown asked for while the program takes work may first withdraw it
+  from rotation for the drain delay (it keeps serving), then drain.
 * A run drains in two steps, in order: the root bundle (``main`` and its
   tasks), then the services.
 * A shutdown may be *forced* (hard cancel) in either step, once; forcing is
@@ -33,6 +35,7 @@ class Stage(enum.Enum):
     """The stages of a run, in the order a run meets them."""
 
     RUNNING = "running"
+    WITHDRAWN = "withdrawn; the drain delay runs"
     DRAINING_ROOT = "draining the root bundle"
     FORCED_ROOT = "forced; the root bundle unwinds"
     DRAINING_SERVICES = "draining the services"
@@ -44,6 +47,7 @@ class Stage(enum.Enum):
 class Move(enum.Enum):
     """What moves a run from one stage to the next."""
 
+    WITHDRAW = "withdraw"
     SHUT_DOWN = "shut down"
     FORCE = "force"
     ROOT_CLOSED = "root bundle closed"
@@ -54,7 +58,9 @@ _S = Stage
 
 STAGES: Final[Mapping[tuple[Stage, Move], Stage]] = MappingProxyType(
     {
+        (_S.RUNNING, Move.WITHDRAW): _S.WITHDRAWN,
         (_S.RUNNING, Move.SHUT_DOWN): _S.DRAINING_ROOT,
+        (_S.WITHDRAWN, Move.SHUT_DOWN): _S.DRAINING_ROOT,
         (_S.DRAINING_ROOT, Move.FORCE): _S.FORCED_ROOT,
         (_S.DRAINING_ROOT, Move.ROOT_CLOSED): _S.DRAINING_SERVICES,
         (_S.FORCED_ROOT, Move.ROOT_CLOSED): _S.FORCED_SERVICES,
@@ -103,6 +109,11 @@ class Stages:
     def shutting_down(self) -> bool:
         """Whether the shutdown has begun."""
         return self._stage in SHUTTING_DOWN
+
+    @property
+    def withdrawn(self) -> bool:
+        """Whether the drain delay runs (the shutdown proper has not begun)."""
+        return self._stage is Stage.WITHDRAWN
 
     @property
     def forced(self) -> bool:

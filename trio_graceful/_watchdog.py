@@ -97,6 +97,8 @@ class Watchdog:
 
     Args:
         grace: The run's grace period, in seconds.
+        drain_delay: Seconds a program that is ready serves on, withdrawn,
+            between the first signal and the grace.
         unwind_budget: Seconds a hard cancel may take to unwind.
         signals: The shutdown signals to count.
         exit_codes: The run's exit statuses.
@@ -107,12 +109,14 @@ class Watchdog:
         self,
         *,
         grace: float,
+        drain_delay: float = 0.0,
         unwind_budget: float,
         signals: Collection[int],
         exit_codes: ExitCodes,
         escalation: Escalation,
     ) -> None:
         self._grace = grace
+        self._drain_delay = drain_delay
         self._unwind_budget = unwind_budget
         self._signals = frozenset(signals)
         self._exit_codes = exit_codes
@@ -153,15 +157,20 @@ class Watchdog:
         os.close(self._read_fd)
         os.close(self._write_fd)
 
-    def shutdown_began(self) -> None:
+    def shutdown_began(self, drain_delay: float = 0.0) -> None:
         """Exit unless the shutdown ends within the grace plus the unwind budget.
 
         Thread-safe and non-blocking, like `hard_cancel_began`.
+
+        Args:
+            drain_delay: Seconds the program serves on before the grace
+                begins (added to the time allowed).
         """
+        delay = f"the drain delay of {drain_delay:g} s, " if drain_delay else ""
         self._arm(
-            self._grace + self._unwind_budget,
-            f"the shutdown did not finish within the grace of {self._grace:g} s "
-            f"and the unwind budget of {self._unwind_budget:g} s",
+            drain_delay + self._grace + self._unwind_budget,
+            f"the shutdown did not finish within {delay}the grace of "
+            f"{self._grace:g} s and the unwind budget of {self._unwind_budget:g} s",
         )
 
     def hard_cancel_began(self) -> None:
@@ -186,7 +195,9 @@ class Watchdog:
     def do_step(self, step: Step, signum: int) -> None:
         """Do the watchdog's part of an escalation ``step`` caused by ``signum``."""
         if step is Step.SHUT_DOWN:
-            self.shutdown_began()
+            # The longest the first signal may lead to; the runner arms an
+            # earlier deadline if the program, not ready, skips the delay.
+            self.shutdown_began(self._drain_delay)
         elif step is Step.FORCE:
             self.hard_cancel_began()
         elif step is Step.EXIT_NOW:

@@ -1,0 +1,78 @@
+"""The stop budget: fitting the drain delay, the grace and the unwind into it.
+
+An orchestrator gives a program a fixed time between its stop signal and
+SIGKILL: Kubernetes' ``terminationGracePeriodSeconds``, systemd's
+``TimeoutStopSec``, ``docker stop -t``. A `trio_graceful.run` shutdown takes
+at most ``drain_delay + grace + unwind_budget`` from the first signal (the
+watchdog ends the process after that), so that sum must fit in the budget,
+or the orchestrator's SIGKILL comes first: no emergency report, no exit
+status, the drain cut at a moment nobody chose.
+
+`fit_stop_budget` is the policy when it does not fit: the grace is shortened
+first (the drain delay is what keeps a rolling restart free of refused
+connections, and the unwind budget is the last resort that reports what
+hung), then the drain delay, then the unwind budget.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+
+@attrs.frozen
+class StopTimes:
+    """The three parts of a shutdown, in seconds, and the budget that holds them."""
+
+    drain_delay: float
+    grace: float
+    unwind_budget: float
+    stop_budget: float = math.inf
+
+    @property
+    def total(self) -> float:
+        """The longest a shutdown can take after the first signal."""
+        return self.drain_delay + self.grace + self.unwind_budget
+
+    def arithmetic(self) -> str:
+        """The sum, written out for the log: ``drain_delay 5 + grace 30 + ...``."""
+        return (
+            f"drain_delay {self.drain_delay:g} s + grace {self.grace:g} s + "
+            f"unwind_budget {self.unwind_budget:g} s = {self.total:g} s"
+        )
+
+
+def fit_stop_budget(times: StopTimes) -> tuple[StopTimes, str | None]:
+    """Shorten the parts of ``times`` until they fit its stop budget.
+
+    Returns:
+        The times that fit (``times`` itself when they already do), and a
+        warning that states the arithmetic and what was shortened, or None.
+    """
+    budget = times.stop_budget
+    if times.total <= budget:
+        return times, None
+    left = budget
+    unwind = min(times.unwind_budget, left)
+    left -= unwind
+    delay = min(times.drain_delay, left)
+    left -= delay
+    grace = min(times.grace, left)
+    fitted = StopTimes(
+        drain_delay=delay, grace=grace, unwind_budget=unwind, stop_budget=budget
+    )
+    changes = [
+        f"{name} {before:g} s -> {after:g} s"
+        for name, before, after in (
+            ("grace", times.grace, grace),
+            ("drain_delay", times.drain_delay, delay),
+            ("unwind_budget", times.unwind_budget, unwind),
+        )
+        if before != after
+    ]
+    warning = (
+        f"the shutdown does not fit the stop budget of {budget:g} s: "
+        f"{times.arithmetic()}; shortened to fit: {', '.join(changes)}"
+    )
+    return fitted, warning

@@ -1,0 +1,109 @@
+"""What a program run by `trio_graceful.run` tells the outside world: `ProgramStatus`.
+
+One snapshot answers every observer: the health endpoint's ``/readyz`` and
+``/statusz``, the service manager's ``STATUS=`` lines, and `Runner.status`.
+It is computed from the state's one owners (the lifecycle, the runner's
+stage, the bundles) each time it is asked for, never kept beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._lifecycle import LifecycleState
+
+if TYPE_CHECKING:
+    from ._program import Program
+
+
+@attrs.frozen(kw_only=True)
+class ProgramStatus:
+    """A snapshot of a program's state, returned by `Runner.status`."""
+
+    name: str
+    """The program's name."""
+
+    state: LifecycleState
+    """Its `LifecycleState`."""
+
+    reason: str
+    """Why that state was entered (`Lifecycle.reason`)."""
+
+    ready: bool
+    """Whether it takes new work (`Lifecycle.ready`): what ``/readyz`` says."""
+
+    live: bool
+    """Whether it runs at all: True until the run has ended."""
+
+    drain_delay_left: float | None
+    """Seconds left of the drain delay while withdrawn, else None."""
+
+    grace_left: float | None
+    """Seconds left of the grace while shutting down under a finite grace, else None."""
+
+    forced: bool
+    """Whether the shutdown has been forced (a hard cancel)."""
+
+    tasks_running: int
+    """Tasks of the root bundle (``main`` and the tasks started there) still running."""
+
+    services_running: tuple[str, ...]
+    """The names of the services still running, in start order."""
+
+    def describe(self) -> str:
+        """One line for a person: the state and, while leaving, the drain's progress."""
+        if self.drain_delay_left is not None:
+            return (
+                f"{self.state.value}: serving {self.drain_delay_left:.1f} s more, "
+                f"{self.tasks_running} tasks running"
+            )
+        if self.state is LifecycleState.SHUTTING_DOWN:
+            left = (
+                "no time limit"
+                if self.grace_left is None
+                else f"{self.grace_left:.1f} s of grace left"
+            )
+            if self.forced:
+                left = "forced"
+            return (
+                f"{self.state.value}: waiting for {self.tasks_running} tasks and "
+                f"{len(self.services_running)} services, {left}"
+            )
+        return f"{self.state.value}" + (f" ({self.reason})" if self.reason else "")
+
+    def as_dict(self) -> dict[str, object]:
+        """The snapshot as JSON-able values (the state as its string value)."""
+        result = attrs.asdict(self, recurse=False)
+        result["state"] = self.state.value
+        result["services_running"] = list(self.services_running)
+        return result
+
+
+def current_status(program: Program) -> ProgramStatus:
+    """The status of ``program`` now. Not a checkpoint; call it in the run's thread."""
+    now = trio.current_time()
+    stages = program.stages
+    lifecycle = program.lifecycle
+    root = program.root
+    services = program.services
+    grace_left: float | None = None
+    if stages.shutting_down and program.deadline != math.inf:
+        grace_left = max(0.0, program.deadline - now)
+    return ProgramStatus(
+        name=program.options.name,
+        state=lifecycle.state,
+        reason=lifecycle.reason,
+        ready=lifecycle.ready,
+        live=lifecycle.state is not LifecycleState.TERMINATED,
+        drain_delay_left=(
+            max(0.0, program.delay_ends - now) if stages.withdrawn else None
+        ),
+        grace_left=grace_left,
+        forced=stages.forced,
+        tasks_running=0 if root is None else root.statistics().children_running,
+        services_running=() if services is None else tuple(services.running),
+    )
