@@ -175,7 +175,7 @@ class Lifecycle(metaclass=NoPublicConstructor):
 
     @property
     def ready(self) -> bool:
-        """Whether the program takes new work: True while ready or degraded.
+        """Whether the program takes new work (True while ready or degraded).
 
         This is what a readiness probe asks; it turns False at the first
         shutdown signal (``withdrawn``, then ``shutting down``), while the

@@ -34,10 +34,10 @@ class ProgramStatus:
     """Why that state was entered (`Lifecycle.reason`)."""
 
     ready: bool
-    """Whether it takes new work (`Lifecycle.ready`): what ``/readyz`` says."""
+    """Whether it takes new work (`Lifecycle.ready`), which ``/readyz`` says."""
 
     live: bool
-    """Whether it runs at all: True until the run has ended."""
+    """Whether it runs at all (True until the run has ended)."""
 
     drain_delay_left: float | None
     """Seconds left of the drain delay while withdrawn, else None."""
@@ -76,7 +76,7 @@ class ProgramStatus:
         return f"{self.state.value}" + (f" ({self.reason})" if self.reason else "")
 
     def as_dict(self) -> dict[str, object]:
-        """The snapshot as JSON-able values (the state as its string value)."""
+        """The snapshot as JSON-able values, the state as its string value."""
         result = attrs.asdict(self, recurse=False)
         result["state"] = self.state.value
         result["services_running"] = list(self.services_running)
