@@ -15,7 +15,9 @@ Run it::
 Try: kill the worker with SIGKILL mid-job and start it again (after its
 ``--lease`` has run out, the job resumes from its saved step); submit a
 ``stubborn`` job and cancel it (it ends only when ``--cancel-grace`` runs
-out); give a job ``--timeout``; run several workers on one store.
+out); give a job ``--timeout``; run several workers on one store. Under an
+orchestrator, ``--health-port`` serves ``/readyz`` and ``--drain-delay S``
+keeps the worker taking jobs for S seconds after SIGTERM, not ready.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from trio_graceful.jobs import (
 )
 
 KINDS = ("steps", "stubborn", "blocking")
+logger = logging.getLogger("jobs_service")
 
 
 def append_audit(path: str | None, line: dict[str, Any]) -> None:
@@ -158,6 +161,8 @@ async def run_worker(
         poll_interval=0.1,
     )
     await runner.start_service(worker.serve, name="jobs worker")
+    if runner.health_address is not None:
+        logger.info("health endpoint on http://%s:%d/", *runner.health_address)
     task_status.started()
     _, inbox = runner.root.open_inbox()
     await inbox.receive()
@@ -228,6 +233,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     worker.add_argument("--stale-after", type=seconds, default=60.0)
     worker.add_argument("--worker-id", default=None)
     worker.add_argument("--audit", default=None)
+    worker.add_argument("--drain-delay", type=seconds, default=0.0)
+    worker.add_argument("--health-port", type=int, default=None)
     sub = commands.add_parser("submit", help="queue a job; print its id")
     sub.add_argument("kind", type=kind)
     sub.add_argument("--steps", type=count, default=10)
@@ -253,7 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "worker":
             # The program's grace covers the jobs' grace and the hand-backs.
             return trio_graceful.run(
-                run_worker, args, grace=args.grace + 5, name="jobs worker"
+                run_worker,
+                args,
+                grace=args.grace + 5,
+                drain_delay=args.drain_delay,
+                health_port=args.health_port,
+                name="jobs worker",
             )
         store = open_store(args.store)
         try:

@@ -8,7 +8,9 @@ gets an error reply ``{"error": "...", "id": ...}``; a binary message gets
 CLOSE 1003 once the requests in flight are answered. With ``--echo`` the server
 echoes every text and binary message instead (for the Autobahn TestSuite).
 
-On SIGTERM or SIGINT it shuts down gracefully:
+On SIGTERM or SIGINT it shuts down gracefully (with ``--drain-delay S``, it
+first goes on serving for S seconds while its ``/readyz`` on ``--health-port``
+says it is not ready, so that a load balancer can stop sending it connections):
 
 1. It stops accepting at once: the listening sockets are closed.
 2. Every request it reads gets a reply with its id, also those that come
@@ -479,16 +481,25 @@ def url_of(listener: trio.SocketListener) -> str:
     return f"ws://[{host}]:{port}/" if ":" in host else f"ws://{host}:{port}/"
 
 
-async def serve_until_shutdown(host: str, port: int, server: WorkServer) -> None:
-    """The ``main`` of `trio_graceful.run`: its first signal sends STOP here."""
+async def serve_until_shutdown(
+    host: str,
+    port: int,
+    server: WorkServer,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The ``main`` of `trio_graceful.run`: ready once it listens; STOP comes here."""
     try:
         listeners = await trio.open_tcp_listeners(port, host=host, backlog=4096)
     except OSError as exc:
         logger.error("cannot listen on %s port %d: %s", host, port, exc)
         raise SystemExit(1) from None
-    _, inbox = trio_graceful.current_runner().root.open_inbox()
+    runner = trio_graceful.current_runner()
+    _, inbox = runner.root.open_inbox()
     logger.info("listening on %s", " ".join(map(url_of, listeners)))
-    await server.serve(inbox, listeners)
+    if runner.health_address is not None:
+        logger.info("health endpoint on http://%s:%d/", *runner.health_address)
+    await server.serve(inbox, listeners, task_status=task_status)
 
 
 def _seconds(name: str) -> Callable[[str], float]:
@@ -536,6 +547,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="refuse the requests "
         "read during the shutdown at once instead of processing them",
     )
+    add(
+        "--drain-delay",
+        type=_seconds("drain_delay"),
+        default=0.0,
+        help="seconds to go on serving, not ready, after the signal (default: 0)",
+    )
+    add("--health-port", type=_port, help="serve /readyz, /livez and /statusz here")
     add("--echo", action="store_true", help="echo every message instead")
     add("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
     add("--demo", action="store_true", help="run examples/websocket_demo.py")
@@ -564,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.port,
         server,
         grace=args.grace,
+        drain_delay=args.drain_delay,
+        health_port=args.health_port,
+        health_host=None if args.health_port is None else args.host,
         exit_codes=EXIT_CODES,
         second_signal="exit",  # exiting closes every socket at once
         name="websocket_close_server",

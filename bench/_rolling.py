@@ -1,0 +1,314 @@
+"""The orchestrator of a simulated rolling restart: replicas, probes, rotation, proxy.
+
+It plays what Kubernetes does to a Deployment's pods, on loopback:
+
+* each replica is a real process of ``examples/websocket_close_server.py``,
+  started with ``--port 0 --health-port 0``; its log says where it listens;
+* a prober asks every replica's ``GET /readyz`` every `PROBE_PERIOD`
+  seconds (with h11, as a kubelet would);
+* a TCP proxy sends each new client connection to the next replica *in
+  rotation* (round-robin) and splices the two connections byte for byte
+  until either side closes; like kube-proxy it never retries a connection
+  on another replica;
+* a restart sends SIGTERM, takes the replica out of rotation only once its
+  readiness has failed *and* ``lag`` seconds have passed since the SIGTERM
+  (the endpoint removal reaching every node late), SIGKILLs it if it has not
+  exited within ``termination_grace``, starts the replacement and puts it in
+  rotation once its ``/readyz`` answers 200.
+
+Every step is recorded, with `time.time`, in the replica's `Replica.events`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+import h11
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "websocket_close_server.py"
+PROBE_PERIOD = 0.1
+PROBE_TIMEOUT = 1.0
+STARTUP_TIMEOUT = 60.0  # a bound against hangs on a busy machine, not a target
+LISTENING = r"listening on ws://127\.0\.0\.1:(\d+)/"
+HEALTH = r"health endpoint on http://127\.0\.0\.1:(\d+)/"
+STOPPED_ACCEPTING = r"stopped accepting"
+
+
+def logged_at(line: str) -> float:
+    """The `time.time` of a line the example logged (its format's asctime)."""
+    stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return stamp.timestamp()
+
+
+async def probe(port: int, target: str = "/readyz") -> int | None:
+    """``GET target`` on loopback; the status code, or None if nothing answered."""
+    client = h11.Connection(h11.CLIENT)
+    request = h11.Request(
+        method="GET",
+        target=target,
+        headers=[("Host", "127.0.0.1"), ("Connection", "close")],
+    )
+    try:
+        with trio.fail_after(PROBE_TIMEOUT):
+            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+                await stream.send_all(
+                    client.send(request) + client.send(h11.EndOfMessage())
+                )
+                while True:
+                    event = client.next_event()
+                    if isinstance(event, h11.Response):
+                        return event.status_code
+                    if event is not h11.NEED_DATA:
+                        return None
+                    client.receive_data(await stream.receive_some())
+    except (OSError, trio.TooSlowError, trio.BrokenResourceError, h11.ProtocolError):
+        return None
+
+
+@attrs.define(eq=False)
+class Replica:
+    """One server process, its log, its ports and what happened to it."""
+
+    name: str
+    process: trio.Process
+    lines: list[str] = attrs.field(factory=list[str])
+    port: int = 0
+    health_port: int = 0
+    ready: bool = False
+    """What the last probe said: ``/readyz`` answered 200."""
+    events: dict[str, float] = attrs.field(factory=dict[str, float])
+    """What happened to it, and when (`time.time`): see `Orchestrator`."""
+    refused_connections: int = 0
+    """Connections the proxy sent here that it could not open."""
+    _log_changed: trio.Event = attrs.field(factory=trio.Event)
+    _log_ended: bool = False
+    _readiness_changed: trio.Event = attrs.field(factory=trio.Event)
+
+    def record(self, event: str, at: float | None = None) -> None:
+        """Note the first time ``event`` happened; later ones are ignored."""
+        self.events.setdefault(event, time.time() if at is None else at)
+
+    async def read_log(self) -> None:
+        assert self.process.stderr is not None
+        pending = b""
+        async for chunk in self.process.stderr:
+            *complete, pending = (pending + chunk).split(b"\n")
+            self.lines.extend(line.decode(errors="replace") for line in complete)
+            self._log_changed.set()
+            self._log_changed = trio.Event()
+        self._log_ended = True
+        self._log_changed.set()
+
+    async def wait_logged(self, pattern: str) -> re.Match[str]:
+        """Wait for the first log line that matches ``pattern``."""
+        seen = 0
+        while True:
+            for line in self.lines[seen:]:
+                if match := re.search(pattern, line):
+                    return match
+            seen = len(self.lines)
+            if self._log_ended:
+                log = "\n".join(self.lines)
+                raise RuntimeError(f"{self.name} never logged {pattern!r}:\n{log}")
+            await self._log_changed.wait()
+
+    def logged_time(self, pattern: str) -> float | None:
+        """When the first line matching ``pattern`` was logged, if it was."""
+        for line in self.lines:
+            if re.search(pattern, line):
+                return logged_at(line)
+        return None
+
+    def set_ready(self, ready: bool) -> None:
+        if ready != self.ready:
+            self.ready = ready
+            self._readiness_changed.set()
+            self._readiness_changed = trio.Event()
+
+    async def wait_readiness(self, ready: bool) -> None:
+        while self.ready != ready:
+            await self._readiness_changed.wait()
+
+    async def poll_readiness(self) -> None:
+        """Probe ``/readyz`` every `PROBE_PERIOD` until the process has exited."""
+        while self.process.returncode is None:
+            ready = await probe(self.health_port) == 200
+            if ready:
+                self.record("ready")
+            elif "sigterm" in self.events:
+                self.record("readiness_false")
+            self.set_ready(ready)
+            await trio.sleep(PROBE_PERIOD)
+        self.set_ready(False)
+
+
+@attrs.define(eq=False)
+class Orchestrator:
+    """Two (or more) replicas in slots, a rotation, and the restarts."""
+
+    nursery: trio.Nursery
+    server_args: Sequence[str]
+    lag: float
+    termination_grace: float
+    slots: list[Replica] = attrs.field(factory=list[Replica])
+    rotation: list[Replica] = attrs.field(factory=list[Replica])
+    """Replicas new connections may go to; a replacement joins at the end."""
+    retired: list[Replica] = attrs.field(factory=list[Replica])
+    """The replicas restarted, in order."""
+    replacements: list[Replica] = attrs.field(factory=list[Replica])
+    """Their replacements, in the same order."""
+    _names: itertools.count[int] = attrs.field(factory=itertools.count)
+    _next: int = 0
+
+    def pick(self) -> Replica | None:
+        """The replica for a new connection: round-robin over the rotation."""
+        if not self.rotation:
+            return None
+        self._next = (self._next + 1) % len(self.rotation)
+        return self.rotation[self._next]
+
+    async def start_replica(self) -> Replica:
+        """Start a replica, wait until it is ready, put it in rotation."""
+        command = [
+            sys.executable,
+            str(EXAMPLE),
+            *("--port", "0", "--health-port", "0", "--log-level", "INFO"),
+            *self.server_args,
+        ]
+        process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+        replica = Replica(f"replica-{next(self._names)}", process)
+        replica.record("started")
+        self.nursery.start_soon(replica.read_log)
+        try:
+            with trio.fail_after(STARTUP_TIMEOUT):
+                replica.port = int((await replica.wait_logged(LISTENING)).group(1))
+                health = await replica.wait_logged(HEALTH)
+                replica.health_port = int(health.group(1))
+                self.nursery.start_soon(replica.poll_readiness)
+                await replica.wait_readiness(True)
+        except BaseException:
+            process.kill()
+            raise
+        self.rotation.append(replica)
+        replica.record("added")
+        return replica
+
+    async def restart(self, slot: int) -> Replica:
+        """Stop the replica in ``slot`` as Kubernetes would; return its successor."""
+        old = self.slots[slot]
+        old.process.send_signal(signal.SIGTERM)
+        old.record("sigterm")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._withdraw, old)
+            with trio.move_on_after(self.termination_grace):
+                await old.process.wait()
+            if old.process.returncode is None:
+                old.process.kill()
+                old.record("sigkill")
+                await old.process.wait()
+            old.record("exited")
+        self.retired.append(old)
+        new = self.slots[slot] = await self.start_replica()
+        self.replacements.append(new)
+        return new
+
+    async def _withdraw(self, replica: Replica) -> None:
+        """Take ``replica`` out of rotation once unready, ``lag`` after its SIGTERM."""
+        await replica.wait_readiness(False)
+        await trio.sleep_until(
+            trio.current_time() + replica.events["sigterm"] + self.lag - time.time()
+        )
+        if replica in self.rotation:
+            self.rotation.remove(replica)
+        replica.record("removed")
+
+
+async def splice(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+    """Copy bytes from ``source`` to ``sink`` until either end closes."""
+    try:
+        while data := await source.receive_some():
+            await sink.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+@attrs.define(eq=False)
+class Proxy:
+    """A loopback TCP proxy in front of the orchestrator's rotation."""
+
+    orchestrator: Orchestrator
+    port: int = 0
+    routes: dict[int, Replica] = attrs.field(factory=dict[int, Replica])
+    """Client port -> the replica its connection went to."""
+    unrouted: int = 0
+    """Connections that came while no replica was in rotation."""
+
+    def route_of(self, client_port: int) -> str:
+        """The name of the replica the connection from ``client_port`` went to."""
+        return self.routes[client_port].name
+
+    async def serve(self, *, task_status: trio.TaskStatus[None]) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=4096)
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._forward, listeners)
+
+    async def _forward(self, client: trio.SocketStream) -> None:
+        async with client:
+            replica = self.orchestrator.pick()
+            if replica is None:
+                self.unrouted += 1
+                return
+            self.routes[client.socket.getpeername()[1]] = replica
+            try:
+                backend = await trio.open_tcp_stream("127.0.0.1", replica.port)
+            except OSError:
+                replica.refused_connections += 1
+                replica.record("first_refused_connection")
+                return
+            async with backend, trio.open_nursery() as nursery:
+
+                async def one_way(source: trio.SocketStream, sink: trio.SocketStream):
+                    await splice(source, sink)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(one_way, client, backend)
+                nursery.start_soon(one_way, backend, client)
+
+
+@asynccontextmanager
+async def open_cluster(
+    server_args: Sequence[str],
+    *,
+    replicas: int,
+    lag: float,
+    termination_grace: float,
+) -> AsyncIterator[tuple[Orchestrator, Proxy]]:
+    """Start the replicas and the proxy; on exit, kill whatever still runs."""
+    async with trio.open_nursery() as nursery:
+        orchestrator = Orchestrator(
+            nursery, server_args, lag=lag, termination_grace=termination_grace
+        )
+        proxy = Proxy(orchestrator)
+        try:
+            await nursery.start(proxy.serve)
+            for _ in range(replicas):
+                orchestrator.slots.append(await orchestrator.start_replica())
+            yield orchestrator, proxy
+        finally:
+            for replica in orchestrator.slots:
+                if replica.process.returncode is None:
+                    replica.process.kill()
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,254 @@
+"""The clients of a simulated rolling restart, and what counts as a failed request.
+
+Each client is a ``websockets`` client (asyncio, all of them on one event loop
+in a thread of their own) that pipelines requests of
+``examples/websocket_close_server.py`` through the proxy, ``depth`` at a
+time, and opens a new connection after ``per_connection`` requests (short
+connections keep new connections coming, as many users do).
+
+A request is *answered* once ``{"id": N}`` arrives. The client retries a
+request only where the server's protocol says it was not processed:
+
+* the answer ``{"id": N, "error": "shutting down"}`` (the server refused it);
+* no answer when the server's CLOSE 1001 arrives: the server answers every
+  request it read before it sends CLOSE, and drops only what arrives after
+  it (RFC 6455, section 1.4), so what is unanswered was never processed;
+* a send that failed because the connection was already closing (nothing
+  left the client).
+
+A request *fails* when the client gives up on it:
+
+* the connection could not be opened: the proxy sent it to a replica that
+  refused it (kube-proxy forwards a connection once and does not retry); the
+  request that was to go on it fails, as a browser's WebSocket reports an
+  error to its page;
+* the connection ended without the server's CLOSE (reset, or cut) while the
+  request was in flight: it may have been processed, so retrying is unsafe;
+* an answer that is neither (a protocol error) also fails its request.
+
+Nothing else happens to a request: every one sent is answered, retried or
+failed, and `ClientCounts.check` verifies that the books balance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import attrs
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+GOING_AWAY = 1001
+RECONNECT_PAUSE = 0.05
+"""Seconds a client waits after a connection failed, before the next one."""
+OPEN_TIMEOUT = 30.0  # a bound against hangs on a busy machine
+
+
+@attrs.define
+class ClientCounts:
+    """What happened to the requests of every client (written by their thread)."""
+
+    requests: int = 0
+    """Requests the clients made (a retry is the same request)."""
+    answered: int = 0
+    retried_refused: int = 0
+    """Requests answered "shutting down", then sent again."""
+    retried_after_close: int = 0
+    """Requests unanswered at the server's CLOSE 1001, then sent again."""
+    failed_connect: int = 0
+    """Requests failed because their connection could not be opened."""
+    failed_lost: int = 0
+    """Requests in flight when a connection ended without a CLOSE."""
+    failed_bad_answer: int = 0
+    connections: int = 0
+    failures: list[tuple[float, str]] = attrs.field(factory=list[tuple[float, str]])
+    """When each failure happened and why."""
+    answers: collections.Counter[str] = attrs.field(factory=collections.Counter[str])
+    """Answers per replica."""
+    last_answer: dict[str, float] = attrs.field(factory=dict[str, float])
+    """Replica -> when its last answer arrived."""
+    duplicates: int = 0
+    """Requests answered more than once: a retry that was not safe."""
+    _done: set[int] = attrs.field(factory=set[int])
+
+    @property
+    def failed(self) -> int:
+        return self.failed_connect + self.failed_lost + self.failed_bad_answer
+
+    def answer(self, request_id: int, replica: str) -> None:
+        if request_id in self._done:
+            self.duplicates += 1
+        self._done.add(request_id)
+        self.answered += 1
+        self.answers[replica] += 1
+        self.last_answer[replica] = time.time()
+
+    def fail(self, kind: str, why: str, count: int = 1) -> None:
+        setattr(self, kind, getattr(self, kind) + count)
+        self.failures.extend([(time.time(), why)] * count)
+
+    def check(self) -> None:
+        """Raise if a request was answered twice, or is neither answered nor failed."""
+        if self.duplicates or self.requests != self.answered + self.failed:
+            raise RuntimeError(f"the books do not balance: {self.as_dict()}")
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "requests": self.requests,
+            "answered": self.answered,
+            "failed": self.failed,
+            "failed_connect": self.failed_connect,
+            "failed_lost": self.failed_lost,
+            "failed_bad_answer": self.failed_bad_answer,
+            "retried_refused": self.retried_refused,
+            "retried_after_close": self.retried_after_close,
+            "duplicates": self.duplicates,
+            "connections": self.connections,
+        }
+
+
+@attrs.define(eq=False)
+class Fleet:
+    """The clients, run by `run` in a thread; `stop` ends them from any thread."""
+
+    url: str
+    route_of: Callable[[int], str]
+    """The replica the proxy sent a connection from this local port to."""
+    clients: int
+    depth: int
+    per_connection: int
+    work_ms: tuple[int, int]
+    seed: int = 0
+    counts: ClientCounts = attrs.field(factory=ClientCounts)
+    warmed_up: threading.Event = attrs.field(factory=threading.Event)
+    """Set once every client has had an answer."""
+    _loop: asyncio.AbstractEventLoop | None = None
+    _stopping: asyncio.Event | None = None
+    _unsent_at_end: int = 0
+
+    def run(self) -> None:
+        """Run the clients until `stop` (blocks: call it in a thread)."""
+        asyncio.run(self._main())
+
+    def stop(self) -> None:
+        """Ask every client to finish: no new request, answers awaited."""
+        assert self._loop is not None and self._stopping is not None
+        self._loop.call_soon_threadsafe(self._stopping.set)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        warm = [asyncio.Event() for _ in range(self.clients)]
+
+        async def warmed() -> None:
+            for event in warm:
+                await event.wait()
+            self.warmed_up.set()
+
+        await asyncio.gather(
+            warmed(), *(self._client(i, warm[i]) for i in range(self.clients))
+        )
+
+    async def _client(self, index: int, warm: asyncio.Event) -> None:
+        assert self._stopping is not None
+        rng = random.Random(self.seed * 1000 + index)
+        fresh = itertools.count(index * 10**9)
+        queue: collections.deque[int] = collections.deque()  # to send again
+
+        def next_request() -> int:
+            if queue:
+                return queue.popleft()
+            self.counts.requests += 1
+            return next(fresh)
+
+        # Requests waiting to be sent again are sent even after stop().
+        while queue or not self._stopping.is_set():
+            try:
+                ws = await connect(
+                    self.url,
+                    ping_interval=None,
+                    proxy=None,
+                    open_timeout=OPEN_TIMEOUT,
+                    compression=None,
+                )
+            except (OSError, InvalidHandshake, TimeoutError) as exc:
+                self.counts.fail("failed_connect", f"connection failed: {exc!r}")
+                next_request()  # the request it was for is given up
+                await asyncio.sleep(RECONNECT_PAUSE)
+                continue
+            self.counts.connections += 1
+            replica = self.route_of(ws.local_address[1])
+            await self._converse(ws, replica, next_request, queue, rng, warm)
+
+    async def _converse(
+        self,
+        ws: ClientConnection,
+        replica: str,
+        next_request: Callable[[], int],
+        queue: collections.deque[int],
+        rng: random.Random,
+        warm: asyncio.Event,
+    ) -> None:
+        """Pipeline requests on one connection until it ends; settle each one."""
+        assert self._stopping is not None
+        in_flight: set[int] = set()
+        changed = asyncio.Event()
+
+        async def send() -> None:
+            for _ in range(self.per_connection):
+                while len(in_flight) >= self.depth:
+                    changed.clear()
+                    await changed.wait()
+                if self._stopping.is_set() and not queue:
+                    break
+                request_id = next_request()
+                in_flight.add(request_id)
+                message = {"id": request_id, "work_ms": rng.randint(*self.work_ms)}
+                try:
+                    await ws.send(json.dumps(message))
+                except ConnectionClosed:  # closing already: it never left
+                    in_flight.discard(request_id)
+                    queue.appendleft(request_id)
+                    return
+            while in_flight:
+                changed.clear()
+                await changed.wait()
+            await ws.close()
+
+        sender = asyncio.create_task(send())
+        try:
+            async for message in ws:
+                reply = json.loads(message)
+                request_id = reply.get("id")
+                if request_id not in in_flight:
+                    self.counts.fail("failed_bad_answer", f"unexpected {reply!r}")
+                    continue
+                in_flight.discard(request_id)
+                changed.set()
+                if reply.get("error") == "shutting down":
+                    self.counts.retried_refused += 1
+                    queue.append(request_id)
+                elif "error" in reply:
+                    self.counts.fail("failed_bad_answer", f"error answer {reply!r}")
+                else:
+                    self.counts.answer(request_id, replica)
+                    warm.set()
+        except ConnectionClosed:
+            pass
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        if not in_flight:
+            return
+        if ws.close_rcvd is not None and ws.close_rcvd.code == GOING_AWAY:
+            self.counts.retried_after_close += len(in_flight)
+            queue.extend(sorted(in_flight))
+        else:
+            why = f"connection to {replica} lost: {ws.close_rcvd!r}"
+            self.counts.fail("failed_lost", why, len(in_flight))

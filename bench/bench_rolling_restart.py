@@ -1,0 +1,316 @@
+"""Rolling restart: how many requests fail, with and without a drain delay.
+
+A rolling restart simulated on loopback (``_rolling.py`` plays Kubernetes):
+two replicas of ``examples/websocket_close_server.py`` behind a TCP proxy
+that routes each new connection round-robin to the replicas *in rotation*,
+polls their ``/readyz`` every 100 ms, and takes a terminated replica out of
+rotation only once its readiness has failed *and* a propagation lag (1 s)
+has passed since the SIGTERM, as an endpoint removal reaches the nodes late.
+The replicas are restarted in turn (SIGTERM, wait for the exit within the
+termination grace, SIGKILL if needed, start the replacement, add it once
+ready) while clients of the ``websockets`` library pipeline requests through
+the proxy the whole time (``_rolling_clients.py`` says exactly when a
+request counts as failed, and when the client may safely send it again).
+
+Each drain delay is a scenario of its own: with a delay of at least the lag
+the replica is still listening when the last connection reaches it; with no
+delay it closes its listener at the SIGTERM while the proxy keeps sending
+it new connections for a second.
+
+Run ``python bench/bench_rolling_restart.py [--quick] [--restarts N]
+[--drain-delay 0,1,2] [--lag S]``: it prints a table and the results as
+JSON, and writes ``bench/results/rolling_restart.json`` (with the timeline
+of one restart per scenario) and ``rolling_restart.rst`` (the tables the
+documentation includes). ``--render`` makes the tables again from the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _common
+import _render
+import trio
+from _rolling import Orchestrator, Proxy, Replica, open_cluster
+from _rolling_clients import ClientCounts, Fleet
+
+TITLE = "7. Rolling restart: failed requests with and without a drain delay"
+RESULTS = Path(__file__).resolve().parent / "results"
+UNWIND = 3.0
+"""Seconds the orchestrator allows beyond the delay and the grace (the
+runner's default unwind budget): its termination grace is their sum."""
+
+FULL = {"restarts": 6, "clients": 8, "min_ready": 1.0}
+QUICK = {"restarts": 2, "clients": 4, "min_ready": 0.2}
+
+EVENTS = {
+    "sigterm": "SIGTERM sent",
+    "readiness_false": "readiness seen false by a probe",
+    "stop": "STOP: the replica stops accepting (its log)",
+    "removed": "taken out of rotation",
+    "last_answer": "its last answer reaches a client",
+    "exited": "the process has exited",
+    "replacement_ready": "the replacement is ready and in rotation",
+}
+
+
+async def rolling_restart(
+    *,
+    restarts: int,
+    drain_delay: float,
+    lag: float = 1.0,
+    grace: float = 5.0,
+    clients: int = 8,
+    depth: int = 2,
+    per_connection: int = 20,
+    work_ms: tuple[int, int] = (10, 50),
+    min_ready: float = 1.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run one scenario: ``restarts`` restarts, the replicas in turn."""
+    server_args = ["--drain-delay", str(drain_delay), "--grace", str(grace)]
+    async with open_cluster(
+        server_args,
+        replicas=2,
+        lag=lag,
+        termination_grace=drain_delay + grace + UNWIND,
+    ) as (orchestrator, proxy):
+        fleet = Fleet(
+            f"ws://127.0.0.1:{proxy.port}/",
+            proxy.route_of,
+            clients=clients,
+            depth=depth,
+            per_connection=per_connection,
+            work_ms=work_ms,
+            seed=seed,
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, fleet.run)
+            try:
+                await trio.to_thread.run_sync(
+                    fleet.warmed_up.wait, abandon_on_cancel=True
+                )
+                started = time.time()
+                for number in range(restarts):
+                    await orchestrator.restart(number % 2)
+                    await trio.sleep(min_ready)  # Kubernetes' minReadySeconds
+            finally:
+                fleet.stop()
+        duration = time.time() - started
+    fleet.counts.check()
+    return {
+        "drain_delay_s": drain_delay,
+        "lag_s": lag,
+        "restarts": restarts,
+        "duration_s": duration,
+        **fleet.counts.as_dict(),
+        "unrouted_connections": proxy.unrouted,
+        "timelines": timelines(orchestrator, fleet.counts),
+    }
+
+
+def timelines(orchestrator: Orchestrator, counts: ClientCounts) -> list[dict[str, Any]]:
+    """Each restart's events, in seconds from its SIGTERM, and its failures."""
+    result = []
+    starts = [r.events["sigterm"] for r in orchestrator.retired] + [time.time()]
+    for old, new, end in zip(
+        orchestrator.retired, orchestrator.replacements, starts[1:], strict=True
+    ):
+        t0 = old.events["sigterm"]
+        at = {
+            **old.events,
+            "stop": old.logged_time(r"stopped accepting"),
+            "last_answer": counts.last_answer.get(old.name),
+            "replacement_ready": new.events.get("added"),
+        }
+        result.append(
+            {
+                "replica": old.name,
+                "replacement": new.name,
+                "events_s": {
+                    key: None if at.get(key) is None else at[key] - t0
+                    for key in [*EVENTS, *(k for k in at if k not in EVENTS)]
+                    if key in at
+                },
+                "refused_connections": old.refused_connections,
+                "failed": sum(t0 <= t < end for t, _ in counts.failures),
+            }
+        )
+    return result
+
+
+def run(
+    *,
+    quick: bool = False,
+    restarts: int | None = None,
+    drain_delays: list[float] | None = None,
+    lag: float = 1.0,
+    clients: int | None = None,
+) -> dict[str, Any]:
+    """Run every scenario; return the results as a JSON-ready dict."""
+    settings = QUICK if quick else FULL
+    restarts = settings["restarts"] if restarts is None else restarts
+    clients = settings["clients"] if clients is None else clients
+    delays = [0.0, lag, 2 * lag] if drain_delays is None else drain_delays
+    for name, value in (("restarts", restarts), ("clients", clients)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, not {value}")
+    scenarios = []
+    for delay in delays:
+        print(f"drain delay {delay:g} s ...", file=sys.stderr, flush=True)
+        scenario = trio.run(
+            lambda delay=delay: rolling_restart(
+                restarts=restarts,
+                drain_delay=delay,
+                lag=lag,
+                clients=clients,
+                min_ready=settings["min_ready"],
+            )
+        )
+        scenarios.append(scenario)
+    return {
+        "title": TITLE,
+        "machine": _common.machine(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "settings": {"quick": quick, "restarts": restarts, "clients": clients},
+        "scenarios": scenarios,
+    }
+
+
+def _median_event(scenario: dict[str, Any], event: str) -> str:
+    values = [t["events_s"].get(event) for t in scenario["timelines"]]
+    known = [v for v in values if v is not None]
+    return _common.fmt_seconds(statistics.median(known)) if known else "-"
+
+
+COLUMNS = [
+    "drain delay",
+    "requests",
+    "failed",
+    "connection refused",
+    "lost in flight",
+    "retried (refused / after CLOSE 1001)",
+    "SIGTERM → removed",
+    "SIGTERM → STOP",
+    "SIGTERM → exit",
+]
+
+
+def tables(result: dict[str, Any]) -> list[_common.Table]:
+    """The scenarios side by side, and the timeline of one restart of each."""
+    rows = [
+        [
+            f"{s['drain_delay_s']:g} s (lag {s['lag_s']:g} s)",
+            f"{s['requests']:,}",
+            f"{s['failed']:,}",
+            f"{s['failed_connect']:,}",
+            f"{s['failed_lost']:,}",
+            f"{s['retried_refused']:,} / {s['retried_after_close']:,}",
+            _median_event(s, "removed"),
+            _median_event(s, "stop"),
+            _median_event(s, "exited"),
+        ]
+        for s in result["scenarios"]
+    ]
+    first = result["scenarios"][0]
+    summary = _common.Table(
+        title=TITLE,
+        columns=COLUMNS,
+        rows=rows,
+        notes=[
+            f"{first['restarts']} restarts per scenario, two replicas restarted in "
+            f"turn; {result['settings']['clients']} clients pipelining through "
+            "the proxy; times are medians over the restarts.",
+            "A request fails when the client gives up on it; a retry is made "
+            "only where the server's protocol says the request was not processed.",
+        ],
+    )
+    timeline = _common.Table(
+        title="Timeline of the first restart, in seconds from the SIGTERM",
+        columns=["event", *(f"delay {s['drain_delay_s']:g} s" for s in result["scenarios"])],
+        rows=[
+            [label, *(_event_cell(s, key) for s in result["scenarios"])]
+            for key, label in EVENTS.items()
+        ],
+    )
+    return [summary, timeline]
+
+
+def _event_cell(scenario: dict[str, Any], event: str) -> str:
+    value = scenario["timelines"][0]["events_s"].get(event)
+    return "-" if value is None else f"{value:.3f}"
+
+
+def goals(result: dict[str, Any]) -> list[_common.Goal]:
+    """No failed request once the drain delay covers the lag (and its probe)."""
+    found = []
+    for s in result["scenarios"]:
+        covered = s["drain_delay_s"] > s["lag_s"]
+        found.append(
+            _common.Goal(
+                item=f"7. rolling restart, drain delay {s['drain_delay_s']:g} s, "
+                f"lag {s['lag_s']:g} s",
+                target="0 failed requests" if covered else "(failures expected)",
+                measured=f"{s['failed']:,} of {s['requests']:,} failed",
+                met=s["failed"] == 0 if covered else True,
+            )
+        )
+    return found
+
+
+def render(results: dict[str, Any]) -> str:
+    """The report in reStructuredText, written next to the JSON."""
+    parts = [
+        ".. This file is generated by bench/bench_rolling_restart.py from "
+        "rolling_restart.json; do not edit it.\n",
+        *(_render.rst_table(t, underline="~") for t in tables(results)),
+    ]
+    return "\n".join(parts)
+
+
+def write(results: dict[str, Any], directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "rolling_restart.json").write_text(json.dumps(results, indent=1) + "\n")
+    (directory / "rolling_restart.rst").write_text(render(results))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two restarts, 4 clients")
+    parser.add_argument("--restarts", type=int, help="restarts per scenario")
+    parser.add_argument("--clients", type=int, help="clients pipelining requests")
+    parser.add_argument(
+        "--drain-delay",
+        type=lambda text: [float(x) for x in text.split(",")],
+        help="comma-separated drain delays, one scenario each "
+        "(default: 0, the lag, twice the lag)",
+    )
+    parser.add_argument("--lag", type=float, default=1.0, help="propagation lag, s")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    parser.add_argument("--render", type=Path, metavar="RESULTS_JSON")
+    args = parser.parse_args(argv)
+    if args.render is not None:
+        results = json.loads(args.render.read_text())
+        args.render.with_suffix(".rst").write_text(render(results))
+    else:
+        results = run(
+            quick=args.quick,
+            restarts=args.restarts,
+            drain_delays=args.drain_delay,
+            lag=args.lag,
+            clients=args.clients,
+        )
+        write(results, args.output_dir)
+        print(json.dumps(results, indent=1))
+    for table in [*tables(results), _render.goals_table(goals(results))]:
+        print(_render.markdown_table(table))
+
+
+if __name__ == "__main__":
+    main()
