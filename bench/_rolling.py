@@ -22,7 +22,6 @@ Every step is recorded, with `time.time`, in the replica's `Replica.events`.
 from __future__ import annotations
 
 import datetime
-import itertools
 import re
 import signal
 import subprocess
@@ -163,13 +162,15 @@ class Orchestrator:
     lag: float
     termination_grace: float
     slots: list[Replica] = attrs.field(factory=list[Replica])
+    """The replica of each slot: the one running, or the last one started."""
+    started: list[Replica] = attrs.field(factory=list[Replica])
+    """Every replica started, in order."""
     rotation: list[Replica] = attrs.field(factory=list[Replica])
     """Replicas new connections may go to; a replacement joins at the end."""
     retired: list[Replica] = attrs.field(factory=list[Replica])
     """The replicas restarted, in order."""
     replacements: list[Replica] = attrs.field(factory=list[Replica])
     """Their replacements, in the same order."""
-    _names: itertools.count[int] = attrs.field(factory=itertools.count)
     _next: int = 0
 
     def pick(self) -> Replica | None:
@@ -184,11 +185,12 @@ class Orchestrator:
         command = [
             sys.executable,
             str(EXAMPLE),
-            *("--port", "0", "--health-port", "0", "--log-level", "INFO"),
+            *("--port", "0", "--log-level", "INFO"),
             *self.server_args,
         ]
         process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
-        replica = Replica(f"replica-{next(self._names)}", process)
+        replica = Replica(f"replica-{len(self.started)}", process)
+        self.started.append(replica)
         replica.record("started")
         self.nursery.start_soon(replica.read_log)
         try:
@@ -297,18 +299,26 @@ async def open_cluster(
     termination_grace: float,
 ) -> AsyncIterator[tuple[Orchestrator, Proxy]]:
     """Start the replicas and the proxy; on exit, kill whatever still runs."""
-    async with trio.open_nursery() as nursery:
-        orchestrator = Orchestrator(
-            nursery, server_args, lag=lag, termination_grace=termination_grace
-        )
-        proxy = Proxy(orchestrator)
-        try:
-            await nursery.start(proxy.serve)
-            for _ in range(replicas):
-                orchestrator.slots.append(await orchestrator.start_replica())
-            yield orchestrator, proxy
-        finally:
-            for replica in orchestrator.slots:
-                if replica.process.returncode is None:
-                    replica.process.kill()
-            nursery.cancel_scope.cancel()
+    orchestrator: Orchestrator | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            orchestrator = Orchestrator(
+                nursery, server_args, lag=lag, termination_grace=termination_grace
+            )
+            proxy = Proxy(orchestrator)
+            try:
+                await nursery.start(proxy.serve)
+                for _ in range(replicas):
+                    orchestrator.slots.append(await orchestrator.start_replica())
+                yield orchestrator, proxy
+            finally:
+                for replica in orchestrator.started:
+                    if replica.process.returncode is None:
+                        replica.process.kill()
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            for replica in orchestrator.started if orchestrator else ():
+                await replica.process.wait()
+                assert replica.process.stderr is not None
+                await replica.process.stderr.aclose()

@@ -139,8 +139,9 @@ class Fleet:
 
     def stop(self) -> None:
         """Ask every client to finish: no new request, answers awaited."""
-        assert self._loop is not None and self._stopping is not None
-        self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._loop is not None and not self._loop.is_closed():
+            assert self._stopping is not None
+            self._loop.call_soon_threadsafe(self._stopping.set)
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -246,9 +247,10 @@ class Fleet:
         await asyncio.gather(sender, return_exceptions=True)
         if not in_flight:
             return
-        if ws.close_rcvd is not None and ws.close_rcvd.code == GOING_AWAY:
+        close = ws.protocol.close_rcvd
+        if close is not None and close.code == GOING_AWAY:
             self.counts.retried_after_close += len(in_flight)
             queue.extend(sorted(in_flight))
         else:
-            why = f"connection to {replica} lost: {ws.close_rcvd!r}"
+            why = f"connection to {replica} lost: {close!r}"
             self.counts.fail("failed_lost", why, len(in_flight))

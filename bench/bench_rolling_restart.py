@@ -58,6 +58,7 @@ EVENTS = {
     "exited": "the process has exited",
     "replacement_ready": "the replacement is ready and in rotation",
 }
+EXTRA_EVENTS = ("sigkill", "first_refused_connection")
 
 
 async def rolling_restart(
@@ -68,7 +69,7 @@ async def rolling_restart(
     grace: float = 5.0,
     clients: int = 8,
     depth: int = 2,
-    per_connection: int = 20,
+    per_connection: int = 100,
     work_ms: tuple[int, int] = (10, 50),
     min_ready: float = 1.0,
     seed: int = 0,
@@ -124,19 +125,21 @@ def timelines(orchestrator: Orchestrator, counts: ClientCounts) -> list[dict[str
     ):
         t0 = old.events["sigterm"]
         at = {
-            **old.events,
+            "sigterm": t0,
+            "readiness_false": old.events.get("readiness_false"),
             "stop": old.logged_time(r"stopped accepting"),
+            "removed": old.events.get("removed"),
             "last_answer": counts.last_answer.get(old.name),
+            "exited": old.events.get("exited"),
             "replacement_ready": new.events.get("added"),
+            **{key: old.events[key] for key in EXTRA_EVENTS if key in old.events},
         }
         result.append(
             {
                 "replica": old.name,
                 "replacement": new.name,
                 "events_s": {
-                    key: None if at.get(key) is None else at[key] - t0
-                    for key in [*EVENTS, *(k for k in at if k not in EVENTS)]
-                    if key in at
+                    key: None if at[key] is None else at[key] - t0 for key in at
                 },
                 "refused_connections": old.refused_connections,
                 "failed": sum(t0 <= t < end for t, _ in counts.failures),
