@@ -185,7 +185,7 @@ class Orchestrator:
         command = [
             sys.executable,
             str(EXAMPLE),
-            *("--port", "0", "--log-level", "INFO"),
+            *("--port", "0", "--health-port", "0", "--log-level", "INFO"),
             *self.server_args,
         ]
         process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
