@@ -57,29 +57,26 @@ def submit_many(url: str, n: int, kind: str = "noop") -> None:
     q.close()
 
 
-def count_ended(url: str) -> int:
-    q = queries(url)
-    try:
-        return sum(job.state.terminal for job in q.jobs(None))
-    finally:
-        q.close()
+def library_worker(url: str, *, offload: bool = True) -> None:
+    """A worker process running no-op jobs from "go" on stdin until SIGTERM.
 
-
-def library_worker(url: str) -> None:
-    """A worker process running no-op jobs until SIGTERM."""
+    With ``offload=False`` the store runs its queries in the Trio thread.
+    """
 
     async def noop(ctx: Any) -> None:
         pass
 
     async def main() -> None:
         # One job at a time, as the hand-written loop runs them: like for like.
-        worker = Worker(
-            open_store(url), {"noop": noop}, concurrency=1, poll_interval=0.005
-        )
+        # The default poll interval: jobs are queued before "go", so a claim
+        # only comes back empty once the queue is.
+        store = open_store(url, offload=offload)
+        worker = Worker(store, {"noop": noop}, concurrency=1)
         sender, receiver = open_inbox()
+        print("ready", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.readline)
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.serve, receiver)
-            print("ready", flush=True)
             with trio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
                     sender.stop()
@@ -121,31 +118,46 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     return process
 
 
+def count_ended(url: str) -> int:
+    q = queries(url)
+    try:
+        terminal = [state.value for state in JobState if state.terminal]
+        marks = ", ".join("?" * len(terminal))
+        rows = q._execute(  # pyright: ignore[reportPrivateUsage]
+            f"SELECT count(*) FROM jobs WHERE state IN ({marks})", terminal
+        )
+        return int(rows[0][0])
+    finally:
+        q.close()
+
+
 def throughput(url: str, variant: str, processes: int, n: int) -> float:
-    """Jobs per second from the release of ``n`` jobs to the last one ending."""
+    """Jobs per second from "go" to the last of ``n`` queued jobs ending.
+
+    Both variants are measured alike: the jobs are queued and the worker
+    processes started and ready before the clock starts, and the end is
+    seen by the same count of ended jobs.
+    """
     reset(url)
-    if variant == "library":
-        workers = [spawn("--child-worker", url) for _ in range(processes)]
-        t0 = time.perf_counter()
-        submit_many(url, n)
-        while count_ended(url) < n:
-            time.sleep(0.005)
-        elapsed = time.perf_counter() - t0
-        for w in workers:
+    submit_many(url, n)
+    child = {
+        "library": "--child-worker",
+        "library, offload=False": "--child-inline",
+        "hand-written": "--child-raw",
+    }[variant]
+    workers = [spawn(child, url) for _ in range(processes)]
+    t0 = time.perf_counter()
+    for w in workers:
+        assert w.stdin is not None
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    while count_ended(url) < n:
+        time.sleep(0.002)
+    elapsed = time.perf_counter() - t0
+    for w in workers:
+        if child != "--child-raw":
             w.send_signal(signal.SIGTERM)
-            w.wait()
-    else:
-        submit_many(url, n)
-        workers = [spawn("--child-raw", url) for _ in range(processes)]
-        t0 = time.perf_counter()
-        for w in workers:
-            assert w.stdin is not None
-            w.stdin.write("go\n")
-            w.stdin.flush()
-        for w in workers:
-            w.wait()
-        elapsed = time.perf_counter() - t0
-        assert count_ended(url) == n
+        w.wait()
     return n / elapsed
 
 
@@ -221,13 +233,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--postgres", default=None)
     parser.add_argument("--child-worker", default=None)
+    parser.add_argument("--child-inline", default=None)
     parser.add_argument("--child-raw", default=None)
     args = parser.parse_args()
     if args.child_worker:
         return library_worker(args.child_worker)
+    if args.child_inline:
+        return library_worker(args.child_inline, offload=False)
     if args.child_raw:
         return hand_written_worker(args.child_raw)
-    n, reps = (100, 1) if args.quick else (400, 3)
+    n, reps = (500, 1) if args.quick else (2000, 3)
     stores = {"sqlite": f"sqlite:///{tempfile.mkdtemp()}/bench.db"}
     if args.postgres:
         stores["postgresql"] = args.postgres
@@ -235,19 +250,22 @@ def main() -> None:
     for name, url in stores.items():
         row: dict[str, Any] = {}
         for processes in (1, 4):
-            ratios: list[float] = []
-            rates: dict[str, list[float]] = {"library": [], "hand-written": []}
+            variants = ["library", "library, offload=False", "hand-written"]
+            rates: dict[str, list[float]] = {v: [] for v in variants}
+            ratios: dict[str, list[float]] = {v: [] for v in variants[:2]}
             for _ in range(reps):
-                lib = throughput(url, "library", processes, n)
-                raw = throughput(url, "hand-written", processes, n)
-                rates["library"].append(lib)
-                rates["hand-written"].append(raw)
-                ratios.append(lib / raw)
-            row[f"{processes} processes"] = {
-                "library jobs/s": statistics.median(rates["library"]),
-                "hand-written jobs/s": statistics.median(rates["hand-written"]),
-                "library / hand-written": statistics.median(ratios),
+                # Interleaved, so that the machine's load falls on all alike.
+                rate = {v: throughput(url, v, processes, n) for v in variants}
+                for v in variants:
+                    rates[v].append(rate[v])
+                for v in ratios:
+                    ratios[v].append(rate[v] / rate["hand-written"])
+            cells: dict[str, float] = {
+                f"{v} jobs/s": statistics.median(rates[v]) for v in variants
             }
+            for v in ratios:
+                cells[f"{v} / hand-written"] = statistics.median(ratios[v])
+            row[f"{processes} processes"] = cells
         latencies = rescue_and_cancel(url, reps)
         row["latency s (median)"] = {
             k: statistics.median(v) for k, v in latencies.items()

@@ -34,7 +34,7 @@ import logging
 import math
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal, final
+from typing import Final, Literal, final
 
 import trio
 
@@ -43,13 +43,13 @@ from ._cancellation import log_as_news
 from ._escalation import Escalation, Observer, Step
 from ._exitcodes import Ending, exit_status
 from ._gcdeferral import GcHold
-from ._lifecycle import Event, Lifecycle, LifecycleState
+from ._lifecycle import Event, Lifecycle
+from ._mainrun import MainRun
 from ._runoptions import RunOptions
 from ._services import ServiceStack
 from ._signals import SignalRelay
 from ._stages import Move, Stage, Stages
 from ._util import (
-    ForwardingTaskStatus,
     as_group,
     first_leaf,
     in_trio_run,
@@ -91,9 +91,8 @@ class Program:
         *,
         budget_warning: str | None = None,
     ) -> None:
-        self.main = main
+        self.main = MainRun(self, main, args)
         self.budget_warning = budget_warning
-        self.args = args
         self.options = options
         self.lifecycle: Lifecycle = Lifecycle._create(self.options.name)  # pyright: ignore[reportPrivateUsage]
         # Called first in the run's root task (makes current_runner() work).
@@ -115,12 +114,9 @@ class Program:
         self.root: Bundle | None = None
         self.services: ServiceStack | None = None
         self.services_bundle: Bundle | None = None
-        self.startup_scope: trio.CancelScope | None = None
-        self.startup_timer_scope = trio.CancelScope()
         self.delay_scope = trio.CancelScope()
         self.delay_ends = math.inf
         self.health_address: tuple[str, int] | None = None
-        self.main_ready = False
         self.deadline = math.inf
         self.failure: Literal["error", "startup"] | None = None
         self.system_exit: tuple[object] | None = None
@@ -205,7 +201,7 @@ class Program:
                 self.root = root
                 # A program asked to stop before it began does not begin.
                 if not self.stages.shutting_down:
-                    await self._start_main(root)
+                    await self.main.start(root)
                 await self.stages.wait_shutting_down()
                 await root.shutdown(max(0.0, self.deadline - trio.current_time()))
         except BaseException as exc:
@@ -230,85 +226,11 @@ class Program:
             failure = exc if exits is None else rest
             self.fail("a task of the root bundle raised", failure)
 
-    async def _start_main(self, root: Bundle) -> None:
-        main_name = getattr(self.main, "__qualname__", "main")
-        if not self.options.takes_task_status:
-            root.start_soon(self._main_task, name=main_name)
-            self._main_became_ready()
-            return
-        assert self.control is not None
-        with trio.CancelScope() as self.startup_scope:
-            if self.options.startup_timeout != math.inf:
-                self.control.start_soon(
-                    self._startup_timer,
-                    trio.current_time() + self.options.startup_timeout,
-                    name="<startup timeout>",
-                )
-            try:
-                await root.start(self._main_task, name=main_name)
-            except Exception as exc:
-                # Failures of main's own making were recorded by _main_task.
-                if not self.stages.shutting_down:
-                    self.fail("startup failed", exc, startup=True)
-        self.startup_scope = None
-
-    async def _startup_timer(self, deadline: float) -> None:
-        # A timer rather than a deadline on the startup scope, so that the
-        # shutdown has begun when main sees the cancellation, as for a signal.
-        with self.startup_timer_scope:
-            await trio.sleep_until(deadline)
-        if not self.main_ready and not self.stages.shutting_down:
-            self.fail(
-                "startup failed: main was not ready within "
-                f"{self.options.startup_timeout:g} s",
-                None,
-                startup=True,
-            )
-
-    async def _main_task(
-        self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        status = ForwardingTaskStatus(task_status, self._main_became_ready)
-        takes_task_status = self.options.takes_task_status
-        try:
-            if takes_task_status:
-                result = await self.main(*self.args, task_status=status)
-            else:
-                result = await self.main(*self.args)
-        except SystemExit as exc:
-            self.exit_requested("main", exc)
-            return
-        except Exception as exc:
-            if takes_task_status and not status.started_called:
-                raise  # root.start() raises it: the startup failed
-            self.fail("main raised", exc)
-            return
-        if takes_task_status and not status.started_called:
-            self.fail(
-                "startup failed: main returned without calling task_status.started()",
-                None,
-                startup=True,
-            )
-        elif result is not None:
-            self.fail(
-                f"main returned {result!r}; it must return None (raise "
-                f"SystemExit(status) to choose the exit status)",
-                None,
-            )
-        else:
-            self.begin_shutdown("main returned")
-
-    def _main_became_ready(self) -> None:
-        self.main_ready = True
-        self.startup_timer_scope.cancel()
-        if self.lifecycle.state is LifecycleState.STARTING:
-            self.transition(Event.BECOME_READY, "main is ready")
-
     def _service_failed(self, name: str, exc: BaseException) -> None:
         if isinstance(exc, SystemExit):
             self.exit_requested(f"service {name!r}", exc)
         else:
-            self.fail(f"service {name!r} raised", exc, startup=not self.main_ready)
+            self.fail(f"service {name!r} raised", exc, startup=not self.main.ready)
 
     def exit_requested(self, who: str, exc: SystemExit) -> None:
         """Take the exit status from the first SystemExit; begin the shutdown."""
@@ -367,8 +289,7 @@ class Program:
             f"program {self.options.name!r} is shutting down; "
             "no new services can be started"
         )
-        if self.startup_scope is not None and not self.main_ready:
-            self.startup_scope.cancel("the shutdown began during startup")
+        self.main.cancel_startup()
         self.watchdog.shutdown_began()
         # What the program built before its shutdown is long-lived; full
         # collections during the drain would walk all of it again and again
