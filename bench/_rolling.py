@@ -51,14 +51,16 @@ def logged_at(line: str) -> float:
     return stamp.timestamp()
 
 
-async def probe(port: int, target: str = "/readyz") -> int | None:
-    """``GET target`` on loopback; the status code, or None if nothing answered."""
+async def http_get(port: int, target: str) -> tuple[int, bytes] | None:
+    """``GET target`` on loopback: the status and the body, or None if no answer."""
     client = h11.Connection(h11.CLIENT)
     request = h11.Request(
         method="GET",
         target=target,
         headers=[("Host", "127.0.0.1"), ("Connection", "close")],
     )
+    status = 0
+    body = b""
     try:
         with trio.fail_after(PROBE_TIMEOUT):
             async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
@@ -67,13 +69,30 @@ async def probe(port: int, target: str = "/readyz") -> int | None:
                 )
                 while True:
                     event = client.next_event()
-                    if isinstance(event, h11.Response):
-                        return event.status_code
-                    if event is not h11.NEED_DATA:
+                    if event is h11.NEED_DATA:
+                        client.receive_data(await stream.receive_some())
+                    elif isinstance(event, h11.Response):
+                        status = event.status_code
+                    elif isinstance(event, h11.Data):
+                        body += event.data
+                    elif isinstance(event, h11.EndOfMessage):
+                        return status, body
+                    else:
                         return None
-                    client.receive_data(await stream.receive_some())
     except (OSError, trio.TooSlowError, trio.BrokenResourceError, h11.ProtocolError):
         return None
+
+
+async def probe(port: int, target: str = "/readyz") -> int | None:
+    """The status code of ``GET target``, or None if nothing answered."""
+    response = await http_get(port, target)
+    return None if response is None else response[0]
+
+
+async def wait_ready(port: int) -> None:
+    """Probe ``/readyz`` every `PROBE_PERIOD` until it answers 200."""
+    while await probe(port) != 200:
+        await trio.sleep(PROBE_PERIOD)
 
 
 @attrs.define(eq=False)
@@ -94,6 +113,15 @@ class Replica:
     _log_changed: trio.Event = attrs.field(factory=trio.Event)
     _log_ended: bool = False
     _readiness_changed: trio.Event = attrs.field(factory=trio.Event)
+
+    async def reap(self) -> None:
+        """Kill the process if it still runs; wait for it; close its log pipe."""
+        with trio.CancelScope(shield=True):
+            if self.process.returncode is None:
+                self.process.kill()
+            await self.process.wait()
+            assert self.process.stderr is not None
+            await self.process.stderr.aclose()
 
     def record(self, event: str, at: float | None = None) -> None:
         """Note the first time ``event`` happened; later ones are ignored."""
@@ -317,8 +345,19 @@ async def open_cluster(
                         replica.process.kill()
                 nursery.cancel_scope.cancel()
     finally:
-        with trio.CancelScope(shield=True):
-            for replica in orchestrator.started if orchestrator else ():
-                await replica.process.wait()
-                assert replica.process.stderr is not None
-                await replica.process.stderr.aclose()
+        for replica in orchestrator.started if orchestrator else ():
+            await replica.reap()
+
+
+@asynccontextmanager
+async def running(name: str, command: Sequence[str]) -> AsyncIterator[Replica]:
+    """Run ``command`` with its stderr read into `Replica.lines`; then reap it."""
+    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+    replica = Replica(name, process)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(replica.read_log)
+            yield replica
+            replica.process.kill()
+    finally:
+        await replica.reap()

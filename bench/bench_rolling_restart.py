@@ -37,7 +37,7 @@ from typing import Any
 import _common
 import _render
 import trio
-from _rolling import Orchestrator, Proxy, Replica, open_cluster
+from _rolling import Orchestrator, open_cluster
 from _rolling_clients import ClientCounts, Fleet
 
 TITLE = "7. Rolling restart: failed requests with and without a drain delay"
@@ -236,7 +236,10 @@ def tables(result: dict[str, Any]) -> list[_common.Table]:
     )
     timeline = _common.Table(
         title="Timeline of the first restart, in seconds from the SIGTERM",
-        columns=["event", *(f"delay {s['drain_delay_s']:g} s" for s in result["scenarios"])],
+        columns=[
+            "event",
+            *(f"delay {s['drain_delay_s']:g} s" for s in result["scenarios"]),
+        ],
         rows=[
             [label, *(_event_cell(s, key) for s in result["scenarios"])]
             for key, label in EVENTS.items()
@@ -279,7 +282,9 @@ def render(results: dict[str, Any]) -> str:
 
 def write(results: dict[str, Any], directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "rolling_restart.json").write_text(json.dumps(results, indent=1) + "\n")
+    (directory / "rolling_restart.json").write_text(
+        json.dumps(results, indent=1) + "\n"
+    )
     (directory / "rolling_restart.rst").write_text(render(results))
 
 
