@@ -91,7 +91,9 @@ async def probe(port: int, target: str = "/readyz") -> int | None:
 
 async def wait_ready(port: int) -> None:
     """Probe ``/readyz`` every `PROBE_PERIOD` until it answers 200."""
-    while await probe(port) != 200:
+    while True:  # a probe's answer is the only way to know
+        if await probe(port) == 200:
+            return
         await trio.sleep(PROBE_PERIOD)
 
 
