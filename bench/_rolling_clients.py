@@ -51,6 +51,14 @@ RECONNECT_PAUSE = 0.05
 OPEN_TIMEOUT = 30.0  # a bound against hangs on a busy machine
 
 
+FAILURES = ("connect", "lost", "bad_answer")
+"""Why a request failed: its connection could not be opened; it was in flight
+when its connection ended without a CLOSE; the answer made no sense."""
+RETRIES = ("refused", "after_close")
+"""Why a request was sent again: answered "shutting down"; unanswered at the
+server's CLOSE 1001."""
+
+
 @attrs.define
 class ClientCounts:
     """What happened to the requests of every client (written by their thread)."""
@@ -58,20 +66,13 @@ class ClientCounts:
     requests: int = 0
     """Requests the clients made (a retry is the same request)."""
     answered: int = 0
-    retried_refused: int = 0
-    """Requests answered "shutting down", then sent again."""
-    retried_after_close: int = 0
-    """Requests unanswered at the server's CLOSE 1001, then sent again."""
-    failed_connect: int = 0
-    """Requests failed because their connection could not be opened."""
-    failed_lost: int = 0
-    """Requests in flight when a connection ended without a CLOSE."""
-    failed_bad_answer: int = 0
     connections: int = 0
+    failed_by: collections.Counter[str] = attrs.field(factory=collections.Counter[str])
+    """Failed requests by reason, one of `FAILURES`."""
+    retried_by: collections.Counter[str] = attrs.field(factory=collections.Counter[str])
+    """Requests sent again, by reason, one of `RETRIES`."""
     failures: list[tuple[float, str]] = attrs.field(factory=list[tuple[float, str]])
     """When each failure happened and why."""
-    answers: collections.Counter[str] = attrs.field(factory=collections.Counter[str])
-    """Answers per replica."""
     last_answer: dict[str, float] = attrs.field(factory=dict[str, float])
     """Replica -> when its last answer arrived."""
     duplicates: int = 0
@@ -80,18 +81,17 @@ class ClientCounts:
 
     @property
     def failed(self) -> int:
-        return self.failed_connect + self.failed_lost + self.failed_bad_answer
+        return self.failed_by.total()
 
     def answer(self, request_id: int, replica: str) -> None:
         if request_id in self._done:
             self.duplicates += 1
         self._done.add(request_id)
         self.answered += 1
-        self.answers[replica] += 1
         self.last_answer[replica] = time.time()
 
-    def fail(self, kind: str, why: str, count: int = 1) -> None:
-        setattr(self, kind, getattr(self, kind) + count)
+    def fail(self, reason: str, why: str, count: int = 1) -> None:
+        self.failed_by[reason] += count
         self.failures.extend([(time.time(), why)] * count)
 
     def check(self) -> None:
@@ -104,11 +104,8 @@ class ClientCounts:
             "requests": self.requests,
             "answered": self.answered,
             "failed": self.failed,
-            "failed_connect": self.failed_connect,
-            "failed_lost": self.failed_lost,
-            "failed_bad_answer": self.failed_bad_answer,
-            "retried_refused": self.retried_refused,
-            "retried_after_close": self.retried_after_close,
+            **{f"failed_{reason}": self.failed_by[reason] for reason in FAILURES},
+            **{f"retried_{reason}": self.retried_by[reason] for reason in RETRIES},
             "duplicates": self.duplicates,
             "connections": self.connections,
         }
@@ -180,7 +177,7 @@ class Fleet:
                     compression=None,
                 )
             except (OSError, InvalidHandshake, TimeoutError) as exc:
-                self.counts.fail("failed_connect", f"connection failed: {exc!r}")
+                self.counts.fail("connect", f"connection failed: {exc!r}")
                 next_request()  # the request it was for is given up
                 await asyncio.sleep(RECONNECT_PAUSE)
                 continue
@@ -229,15 +226,15 @@ class Fleet:
                 reply = json.loads(message)
                 request_id = reply.get("id")
                 if request_id not in in_flight:
-                    self.counts.fail("failed_bad_answer", f"unexpected {reply!r}")
+                    self.counts.fail("bad_answer", f"unexpected {reply!r}")
                     continue
                 in_flight.discard(request_id)
                 changed.set()
                 if reply.get("error") == "shutting down":
-                    self.counts.retried_refused += 1
+                    self.counts.retried_by["refused"] += 1
                     queue.append(request_id)
                 elif "error" in reply:
-                    self.counts.fail("failed_bad_answer", f"error answer {reply!r}")
+                    self.counts.fail("bad_answer", f"error answer {reply!r}")
                 else:
                     self.counts.answer(request_id, replica)
                     warm.set()
@@ -249,8 +246,8 @@ class Fleet:
             return
         close = ws.protocol.close_rcvd
         if close is not None and close.code == GOING_AWAY:
-            self.counts.retried_after_close += len(in_flight)
+            self.counts.retried_by["after_close"] += len(in_flight)
             queue.extend(sorted(in_flight))
         else:
             why = f"connection to {replica} lost: {close!r}"
-            self.counts.fail("failed_lost", why, len(in_flight))
+            self.counts.fail("lost", why, len(in_flight))
