@@ -312,7 +312,9 @@ class Proxy:
                 return
             async with backend, trio.open_nursery() as nursery:
 
-                async def one_way(source: trio.SocketStream, sink: trio.SocketStream):
+                async def one_way(
+                    source: trio.SocketStream, sink: trio.SocketStream
+                ) -> None:
                     await splice(source, sink)
                     nursery.cancel_scope.cancel()
 
@@ -347,7 +349,7 @@ async def open_cluster(
                         replica.process.kill()
                 nursery.cancel_scope.cancel()
     finally:
-        for replica in orchestrator.started if orchestrator else ():
+        for replica in () if orchestrator is None else orchestrator.started:
             await replica.reap()
 
 

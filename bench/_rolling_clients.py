@@ -195,7 +195,8 @@ class Fleet:
         warm: asyncio.Event,
     ) -> None:
         """Pipeline requests on one connection until it ends; settle each one."""
-        assert self._stopping is not None
+        stopping = self._stopping
+        assert stopping is not None
         in_flight: set[int] = set()
         changed = asyncio.Event()
 
@@ -204,7 +205,7 @@ class Fleet:
                 while len(in_flight) >= self.depth:
                     changed.clear()
                     await changed.wait()
-                if self._stopping.is_set() and not queue:
+                if stopping.is_set() and not queue:
                     break
                 request_id = next_request()
                 in_flight.add(request_id)

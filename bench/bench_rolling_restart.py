@@ -27,12 +27,13 @@ documentation includes). ``--render`` makes the tables again from the JSON.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import _common
 import _render
@@ -46,8 +47,16 @@ UNWIND = 3.0
 """Seconds the orchestrator allows beyond the delay and the grace (the
 runner's default unwind budget): its termination grace is their sum."""
 
-FULL = {"restarts": 6, "clients": 8, "min_ready": 1.0}
-QUICK = {"restarts": 2, "clients": 4, "min_ready": 0.2}
+
+class Sizes(NamedTuple):
+    restarts: int
+    clients: int
+    min_ready: float
+    """Seconds between a replacement's readiness and the next restart."""
+
+
+FULL = Sizes(restarts=6, clients=8, min_ready=1.0)
+QUICK = Sizes(restarts=2, clients=4, min_ready=0.2)
 
 EVENTS = {
     "sigterm": "SIGTERM sent",
@@ -124,7 +133,7 @@ def timelines(orchestrator: Orchestrator, counts: ClientCounts) -> list[dict[str
         orchestrator.retired, orchestrator.replacements, starts[1:], strict=True
     ):
         t0 = old.events["sigterm"]
-        at = {
+        at: dict[str, float | None] = {
             "sigterm": t0,
             "readiness_false": old.events.get("readiness_false"),
             "stop": old.logged_time(r"stopped accepting"),
@@ -139,7 +148,8 @@ def timelines(orchestrator: Orchestrator, counts: ClientCounts) -> list[dict[str
                 "replica": old.name,
                 "replacement": new.name,
                 "events_s": {
-                    key: None if at[key] is None else at[key] - t0 for key in at
+                    key: None if value is None else value - t0
+                    for key, value in at.items()
                 },
                 "refused_connections": old.refused_connections,
                 "failed": sum(t0 <= t < end for t, _ in counts.failures),
@@ -157,31 +167,34 @@ def run(
     clients: int | None = None,
 ) -> dict[str, Any]:
     """Run every scenario; return the results as a JSON-ready dict."""
-    settings = QUICK if quick else FULL
-    restarts = settings["restarts"] if restarts is None else restarts
-    clients = settings["clients"] if clients is None else clients
+    sizes = (QUICK if quick else FULL)._replace(
+        **{
+            name: value
+            for name, value in (("restarts", restarts), ("clients", clients))
+            if value is not None
+        }
+    )
+    for name in ("restarts", "clients"):
+        if getattr(sizes, name) < 1:
+            raise ValueError(f"{name} must be >= 1, not {getattr(sizes, name)}")
     delays = [0.0, lag, 2 * lag] if drain_delays is None else drain_delays
-    for name, value in (("restarts", restarts), ("clients", clients)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, not {value}")
     scenarios = []
     for delay in delays:
         print(f"drain delay {delay:g} s ...", file=sys.stderr, flush=True)
-        scenario = trio.run(
-            lambda delay=delay: rolling_restart(
-                restarts=restarts,
-                drain_delay=delay,
-                lag=lag,
-                clients=clients,
-                min_ready=settings["min_ready"],
-            )
+        scenario = functools.partial(
+            rolling_restart,
+            restarts=sizes.restarts,
+            drain_delay=delay,
+            lag=lag,
+            clients=sizes.clients,
+            min_ready=sizes.min_ready,
         )
-        scenarios.append(scenario)
+        scenarios.append(trio.run(scenario))
     return {
         "title": TITLE,
         "machine": _common.machine(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "settings": {"quick": quick, "restarts": restarts, "clients": clients},
+        "settings": {"quick": quick, **sizes._asdict()},
         "scenarios": scenarios,
     }
 
