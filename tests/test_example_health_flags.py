@@ -40,7 +40,7 @@ from _rolling import (  # noqa: E402
 pytestmark = pytest.mark.realtime
 
 TIMEOUT = 60  # generous: a bound against hangs, not a measurement
-WITHDRAWN = r"SIGTERM: not ready; serving \d+ s more \(drain delay\)"
+WITHDRAWN = r"SIGTERM: not ready; serving [0-9.]+ s more \(drain delay\)"
 
 
 @contextlib.asynccontextmanager
