@@ -9,7 +9,8 @@ connections keep new connections coming, as many users do).
 A request is *answered* once ``{"id": N}`` arrives. The client retries a
 request only where the server's protocol says it was not processed:
 
-* the answer ``{"id": N, "error": "shutting down"}`` (the server refused it);
+* the answer ``{"id": N, "error": "shutting down"}`` (the server refused it;
+  the client sends nothing more on that connection, and N on the next);
 * no answer when the server's CLOSE 1001 arrives: the server answers every
   request it read before it sends CLOSE, and drops only what arrives after
   it (RFC 6455, section 1.4), so what is unanswered was never processed;
@@ -199,13 +200,14 @@ class Fleet:
         assert stopping is not None
         in_flight: set[int] = set()
         changed = asyncio.Event()
+        refused = False  # the server said it is shutting down: send no more
 
         async def send() -> None:
             for _ in range(self.per_connection):
                 while len(in_flight) >= self.depth:
                     changed.clear()
                     await changed.wait()
-                if stopping.is_set() and not queue:
+                if refused or (stopping.is_set() and not queue):
                     break
                 request_id = next_request()
                 in_flight.add(request_id)
@@ -232,6 +234,7 @@ class Fleet:
                 in_flight.discard(request_id)
                 changed.set()
                 if reply.get("error") == "shutting down":
+                    refused = True
                     self.counts.retried_by["refused"] += 1
                     queue.append(request_id)
                 elif "error" in reply:

@@ -84,7 +84,12 @@ async def rolling_restart(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Run one scenario: ``restarts`` restarts, the replicas in turn."""
-    server_args = ["--drain-delay", str(drain_delay), "--grace", str(grace)]
+    # A replica that is shutting down refuses what it reads: the clients send
+    # it to the other replica, instead of keeping this one busy to the grace.
+    server_args = [
+        *("--drain-delay", str(drain_delay), "--grace", str(grace)),
+        "--reject-during-drain",
+    ]
     async with open_cluster(
         server_args,
         replicas=2,
