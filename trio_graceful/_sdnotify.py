@@ -150,7 +150,7 @@ class SystemdNotifier(metaclass=NoPublicConstructor):
             ValueError: if ``seconds`` is negative or NaN.
         """
         usec = check_seconds("seconds", seconds) * 1e6
-        # round() first: 1.1 s is 1100000.0000000002 us as a float, not 1100001.
+        # round() first: 2.007 s is 2007000.0000000002 us as a float, not 2007001.
         usec = math.ceil(round(usec, 6)) if usec < _USEC_INFINITY else _USEC_INFINITY
         return self.notify(EXTEND_TIMEOUT_USEC=str(usec), **_status_field(status))
 
@@ -243,11 +243,11 @@ def _check_address(value: str) -> str | bytes:
 def _open_socket() -> socket.socket:
     if sys.platform == "linux":
         kind = socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
-    else:  # pragma: no cover - macOS has no systemd; the flags come after
-        kind = socket.SOCK_DGRAM
-    sock = socket.socket(socket.AF_UNIX, kind)
-    sock.setblocking(False)
-    return sock
+        return socket.socket(socket.AF_UNIX, kind)
+    else:  # pragma: no cover - no systemd here; CPython sets CLOEXEC itself
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        return sock
 
 
 def _encode(fields: Mapping[str, object]) -> bytes:
