@@ -57,7 +57,7 @@ _DATAGRAM_MAX: Final = 4096
 _STATUS_MAX: Final = _DATAGRAM_MAX // 2
 _USEC_INFINITY: Final = 2**64 - 1  # systemd's "no limit"
 _KEY: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
-_DIGITS: Final = re.compile(r"[0-9]+", re.ASCII)
+_POSITIVE: Final = re.compile(r"0*[1-9][0-9]*", re.ASCII)
 _LINE_BREAKS: Final = re.compile(r"[\r\n\0]+")
 
 
@@ -201,22 +201,18 @@ def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
     """
     pid = environ.get("WATCHDOG_PID", "")
     usec = environ.get("WATCHDOG_USEC", "")
-    if pid and not _positive(pid):
+    if pid and not _POSITIVE.fullmatch(pid):
         logger.warning(_NO_KEEPALIVES, "WATCHDOG_PID must be a process id", pid)
         return None
     if not usec or (pid and int(pid) != os.getpid()):
         return None
-    if not _positive(usec):
+    if not _POSITIVE.fullmatch(usec):
         logger.warning(_NO_KEEPALIVES, "WATCHDOG_USEC must be microseconds > 0", usec)
         return None
     return int(usec) / 2_000_000
 
 
 _NO_KEEPALIVES: Final = "%s, not %r; no watchdog keep-alives are sent"
-
-
-def _positive(text: str) -> bool:
-    return _DIGITS.fullmatch(text) is not None and int(text) > 0
 
 
 def _check_address(value: str) -> str | bytes:
