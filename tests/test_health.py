@@ -433,7 +433,7 @@ async def test_an_answer_that_raises_gets_500_and_is_logged(
     assert lower(reply) == text_reply(500, "internal server error")
     [record] = [r for r in caplog.records if r.name == "trio_graceful.health"]
     assert record.levelno == logging.ERROR
-    assert record.getMessage() == "health endpoint: no answer for b'GET' b'/readyz'"
+    assert record.getMessage() == "health endpoint: no answer for GET /readyz"
     assert record.exc_info is not None
     assert str(record.exc_info[1]) == "no status today"
 

@@ -1,24 +1,16 @@
 """The HTTP health endpoint: ``/livez``, ``/readyz`` and ``/statusz``, on h11.
 
 Orchestrators ask a process over HTTP whether it runs and whether it takes
-work. Kubernetes' kubelet counts a status from 200 to 399 as success, and
-anything else, a refused connection or no answer within the probe's
-``timeoutSeconds`` as a failure; it sends ``Connection: close``. Load
-balancers often keep their connections alive between checks. This module is
-the mechanism only: `serve_health` answers from a callable that says what is
-true now (`HealthAnswer`); the runner decides what that is.
+work: Kubernetes' kubelet counts 200 to 399 as success, and anything else, a
+refused connection or no answer within ``timeoutSeconds`` as a failure; it
+sends ``Connection: close``, while load balancers keep connections alive.
+This module is the mechanism: `serve_health` answers from a callable that
+says what is true now (`HealthAnswer`); the runner decides what that is.
 
-HTTP is parsed by h11 and nothing else. Every connection is bounded, so that
-no client can hold the endpoint: each request (head, body and answer) must
-be done within ``idle_timeout`` of the previous one (not of the last byte:
-a client trickling a byte at a time gets no longer), a request's head is
-capped at ``max_header_bytes``, and at most ``max_connections`` are open at
-once; one more is closed as soon as it is accepted. An error on one
-connection is logged and ends that connection only.
-
-At `STOP` the listeners close at once, so new probes are refused. A
-connection waiting for a request, or for the rest of one, is closed; an
-answer being sent is finished first, with ``Connection: close``.
+No client can hold the endpoint: a request (head, body, answer) must be done
+within ``idle_timeout`` of the previous one, however slowly its bytes
+trickle in; a head is capped; connections beyond a cap are closed at once;
+an error on one connection ends that connection only.
 """
 
 from __future__ import annotations
@@ -28,12 +20,13 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
-from typing import Final, final
+from typing import Final, TypeAlias, final
 
 import attrs
 import h11
 import trio
 
+from ._admission import check_positive_int
 from ._inboxreceiver import InboxReceiver
 from ._util import NoPublicConstructor, check_name, check_seconds
 
@@ -48,6 +41,7 @@ _PATHS: Final = frozenset({b"/livez", b"/readyz", b"/statusz"})
 _METHODS: Final = frozenset({b"GET", b"HEAD"})
 _TEXT: Final = b"text/plain; charset=utf-8"
 _JSON: Final = b"application/json"
+_Reply: TypeAlias = "tuple[int, bytes, bytes]"  # status, content type, body
 
 
 @attrs.frozen
@@ -99,8 +93,8 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
     _inbox: InboxReceiver[object]
     _answer: Callable[[], HealthAnswer]
     _idle_timeout: float
-    _max_connections: int
-    _max_header_bytes: int
+    _max_connections: int = attrs.field(validator=check_positive_int)
+    _max_header_bytes: int = attrs.field(validator=check_positive_int)
     _connections: set[_Connection] = attrs.field(factory=set["_Connection"], init=False)
     _answered: int = attrs.field(default=0, init=False)
     _refused: int = attrs.field(default=0, init=False)
@@ -166,22 +160,26 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
         try:
             request = await self._receive_request(connection)
         except h11.RemoteProtocolError as exc:
+            # Nothing was sent yet: we answer only whole requests.
             logger.debug("health endpoint: bad request: %s", exc)
-            if connection.http.our_state in {h11.IDLE, h11.SEND_RESPONSE}:
-                reply = _text(exc.error_status_hint)
-                await self._send(connection, b"GET", *reply, close=True)
+            await self._send(
+                connection, b"GET", _text(exc.error_status_hint), close=True
+            )
             return False
         if request is None:
             return False
+        method, target = request.method, request.target
         try:
-            reply = _reply(request.method, request.target, self._answer)
+            reply = _reply(method, target, self._answer)
         except Exception:
             logger.exception(
-                "health endpoint: no answer for %s %r", request.method, request.target
+                "health endpoint: no answer for %s %s",
+                method.decode(),
+                target.decode("ascii", "replace"),
             )
             reply = _text(500)
         close = self._inbox.stop_received
-        await self._send(connection, request.method, *reply, close=close)
+        await self._send(connection, method, reply, close=close)
         return connection.http.our_state is h11.DONE
 
     async def _receive_request(self, connection: _Connection) -> h11.Request | None:
@@ -220,15 +218,9 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
         return None
 
     async def _send(
-        self,
-        connection: _Connection,
-        method: bytes,
-        status: int,
-        content_type: bytes,
-        body: bytes,
-        *,
-        close: bool,
+        self, connection: _Connection, method: bytes, reply: _Reply, *, close: bool
     ) -> None:
+        status, content_type, body = reply
         headers = [
             (b"content-type", content_type),
             (b"content-length", b"%d" % len(body)),
@@ -251,14 +243,12 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
         self._answered += 1
 
 
-def _text(status: int, text: str = "") -> tuple[int, bytes, bytes]:
+def _text(status: int, text: str = "") -> _Reply:
     body = (text or HTTPStatus(status).phrase.lower()) + "\n"
     return status, _TEXT, body.encode()
 
 
-def _reply(
-    method: bytes, target: bytes, answer: Callable[[], HealthAnswer]
-) -> tuple[int, bytes, bytes]:
+def _reply(method: bytes, target: bytes, answer: Callable[[], HealthAnswer]) -> _Reply:
     """Return the status, content type and body that answer a request."""
     path = target.partition(b"?")[0]
     if path not in _PATHS:
@@ -290,14 +280,6 @@ def _check_port(port: object) -> int:
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be a port number in 0..65535, not {port!r}")
     return port
-
-
-def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, not {value!r}")
-    return value
 
 
 async def open_health_listeners(
@@ -359,10 +341,12 @@ async def serve_health(
 
     ``answer`` is called at each request, in the Trio thread, and must not
     block. The listeners belong to `serve_health` from the call on: they are
-    closed when it returns or raises. At STOP they close at once, answers
-    being sent are finished, the other connections are closed, and it
-    returns; within ``idle_timeout`` at worst (a client that stops reading
-    in the middle of an answer). This is a checkpoint.
+    closed when it returns or raises. At STOP they close at once (new probes
+    are refused), connections waiting for a request or for the rest of one
+    are closed, and answers being sent are finished; those sent after STOP
+    say ``Connection: close``. It returns then, within ``idle_timeout`` and
+    a second at worst (a client that stops reading in the middle of an
+    answer). This is a checkpoint.
 
     Args:
         inbox: The service's inbox; STOP ends the service, anything else sent
@@ -373,7 +357,8 @@ async def serve_health(
             request, counted from its opening or its previous answer.
         max_connections (int): Connections open at once; more are closed
             as soon as they are accepted, each logged as a warning.
-        max_header_bytes (int): The largest request head (line and headers).
+        max_header_bytes (int): The most bytes held of a request head not
+            complete yet (h11's ``max_incomplete_event_size``); beyond, 431.
         task_status: Started with the `HealthEndpoint` once it is listening.
 
     Raises:
@@ -388,8 +373,8 @@ async def serve_health(
             inbox,
             answer,
             check_seconds("idle_timeout", idle_timeout),
-            _check_count("max_connections", max_connections),
-            _check_count("max_header_bytes", max_header_bytes),
+            max_connections,
+            max_header_bytes,
         )
         async with trio.open_nursery() as connections:
             accept = functools.partial(
