@@ -49,10 +49,10 @@ class HealthAnswer:
     """What the health endpoint says right now, returned by its ``answer`` callable."""
 
     live: bool
-    """Whether the process runs: ``/livez`` answers 200, else 503."""
+    """Whether the process runs (``/livez`` answers 200 if so, else 503)."""
 
     ready: bool
-    """Whether it takes new work: ``/readyz`` answers 200, else 503."""
+    """Whether it takes new work (``/readyz`` answers 200 if so, else 503)."""
 
     status: Mapping[str, object]
     """JSON-able values, served at ``/statusz`` (keys sorted)."""
@@ -349,8 +349,8 @@ async def serve_health(
     answer). This is a checkpoint.
 
     Args:
-        inbox: The service's inbox; STOP ends the service, anything else sent
-            there waits in line before it.
+        inbox: The service's inbox; STOP there ends the service. Send
+            nothing else: STOP would wait behind it, and nothing reads it.
         listeners: Where probes come in, from `open_health_listeners`.
         answer: Returns the `HealthAnswer` of this instant.
         idle_timeout (float): Seconds a connection may take to complete a
