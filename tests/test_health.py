@@ -480,6 +480,17 @@ async def test_open_health_listeners_on_a_free_port() -> None:
             await listener.aclose()
 
 
+async def test_open_health_listeners_on_every_interface() -> None:
+    listeners = await open_health_listeners(None, 0)
+    try:
+        assert listeners
+        hosts = {listener.socket.getsockname()[0] for listener in listeners}
+        assert hosts <= {"0.0.0.0", "::"}
+    finally:
+        for listener in listeners:
+            await listener.aclose()
+
+
 async def test_a_port_in_use_is_an_error_naming_host_and_port() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -551,6 +562,11 @@ async def test_bad_options_are_refused_and_the_listeners_closed(
         await serve_health(inbox, [listener], answer, **options)  # type: ignore[arg-type]
     assert listener.closed
     assert not sender.statistics().tasks_waiting_send
+
+
+def test_only_serve_health_creates_an_endpoint() -> None:
+    with pytest.raises(TypeError, match="has no public constructor"):
+        HealthEndpoint()  # type: ignore[call-arg]
 
 
 # ---------------------------------------------------------------- shutdown
