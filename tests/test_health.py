@@ -56,8 +56,8 @@ class MemoryListener(trio.abc.Listener[trio.abc.Stream]):
 
     async def connect(self, *, lockstep: bool = False) -> Client:
         """Connect a client; ``lockstep`` makes each send wait for its reader."""
-        pair = trio.testing.lockstep_stream_pair if lockstep else None
-        client, server = (pair or trio.testing.memory_stream_pair)()
+        pair = trio.testing.lockstep_stream_pair
+        client, server = (pair if lockstep else trio.testing.memory_stream_pair)()
         await self.offer(server)
         return Client(client)
 
