@@ -312,10 +312,9 @@ async def open_health_listeners(
         return await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:
         where = f"port {port} of {host or 'every interface'}"
-        message = f"the health endpoint cannot listen on {where}"
-        if exc.errno is None:
-            raise OSError(f"{message}: {exc}") from exc
-        raise OSError(exc.errno, f"{message}: {exc.strerror}") from exc
+        why = exc.strerror or exc
+        message = f"the health endpoint cannot listen on {where}: {why}"
+        raise OSError(exc.errno, message) from exc
 
 
 async def serve_health(
