@@ -7,6 +7,7 @@ import functools
 import http.client
 import json
 import logging
+import math
 import socket
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
@@ -438,8 +439,9 @@ async def test_an_answer_that_raises_gets_500_and_is_logged(
     assert str(record.exc_info[1]) == "no status today"
 
 
-async def test_a_status_that_is_not_json_gets_500() -> None:
-    switchboard = Switchboard(status={"when": object()})
+@pytest.mark.parametrize("value", [object(), math.inf, math.nan])
+async def test_a_status_that_is_not_json_gets_500(value: object) -> None:
+    switchboard = Switchboard(status={"when": value})
     async with on_loopback(switchboard) as (_, port):
         assert (await fetch_in_thread(port, "GET", "/statusz")).status == 500
         assert (await fetch_in_thread(port, "GET", "/livez")).status == 200

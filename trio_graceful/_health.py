@@ -262,7 +262,9 @@ def _reply(method: bytes, target: bytes, answer: Callable[[], HealthAnswer]) -> 
         if now.ready:
             return _text(200, "ready")
         return _text(503, f"not ready: {now.reason}" if now.reason else "not ready")
-    return 200, _JSON, json.dumps(dict(now.status), sort_keys=True).encode()
+    # Strict JSON: Infinity and NaN are JavaScript, and parsers refuse them.
+    body = json.dumps(dict(now.status), sort_keys=True, allow_nan=False)
+    return 200, _JSON, body.encode()
 
 
 async def _linger(stream: trio.abc.Stream) -> None:
