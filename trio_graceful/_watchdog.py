@@ -9,8 +9,10 @@ until a deadline. It ends the process with ``os._exit`` when
   If the Trio thread is waiting with nothing to run (an instrument tells),
   waiting longer is pointless and it exits at once; if the Trio thread is
   busy (unwinding, or stuck in a blocking call or a loop) it gets up to
-  `BUSY_ALLOWANCE` more. So a program with nothing left to unwind is never
-  killed by a zero budget because its last steps took a few milliseconds;
+  `BUSY_ALLOWANCE` more, counted by ``_lateness`` (time spent waiting for a
+  CPU on a loaded machine does not count, up to `STARVED_LIMIT`). So a
+  program with nothing left to unwind is never killed by a zero budget
+  because its last steps took a few milliseconds;
 * the signal count reaches a step of `ESCALATION` that exits (the third
   signal, or the second with ``second_signal="exit"``).
 
@@ -57,6 +59,7 @@ import trio
 
 from ._escalation import Escalation, Observer, Step
 from ._exitcodes import Ending, ExitCodes, exit_status
+from ._lateness import Lateness
 from ._tasktree import format_task_tree, format_thread_stacks
 from ._util import signal_name
 
@@ -67,6 +70,9 @@ REPORT_TIMEOUT: Final = 1.0
 
 BUSY_ALLOWANCE: Final = 1.0
 """Seconds past its deadline the watchdog gives a Trio thread that is busy."""
+
+STARVED_LIMIT: Final = 30.0
+"""Seconds past its deadline after which the watchdog exits whatever the thread does."""
 
 # How often a busy Trio thread is looked at once its deadline has passed.
 _BUSY_POLL: Final = 0.01
@@ -137,6 +143,8 @@ class Watchdog:
         self.root_task: trio.lowlevel.Task | None = None
         """The task whose tree the emergency report shows."""
         self._trio = _TrioIdle()
+        # Made in the thread that will run Trio (see Program).
+        self._lateness = Lateness(threading.get_ident(), threading.get_native_id())
         self.instrument: trio.abc.Instrument = self._trio
         """Pass it to `trio.run`: it tells the watchdog when Trio is idle."""
         self.wake_trio: Callable[[], object] | None = None
@@ -248,9 +256,14 @@ class Watchdog:
                 timeout = min(timeout, deadline - time.monotonic())
                 if timeout <= 0:
                     overdue = -timeout
-                    if self._trio.idle or overdue >= BUSY_ALLOWANCE:
+                    used = self._lateness.update()
+                    if (
+                        self._trio.idle
+                        or used >= BUSY_ALLOWANCE
+                        or overdue >= STARVED_LIMIT
+                    ):
                         self.emergency(reason)
-                    timeout = min(_BUSY_POLL, BUSY_ALLOWANCE - overdue)
+                    timeout = min(_BUSY_POLL, BUSY_ALLOWANCE - used)
             readable, _, _ = select.select([self._read_fd], [], [], timeout)
             if not readable:
                 continue

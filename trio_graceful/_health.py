@@ -1,0 +1,394 @@
+"""The HTTP health endpoint: ``/livez``, ``/readyz`` and ``/statusz``, on h11.
+
+Orchestrators ask a process over HTTP whether it runs and whether it takes
+work: Kubernetes' kubelet counts 200 to 399 as success, and anything else, a
+refused connection or no answer within ``timeoutSeconds`` as a failure; it
+sends ``Connection: close``, while load balancers keep connections alive.
+This module is the mechanism: `serve_health` answers from a callable that
+says what is true now (`HealthAnswer`); the runner decides what that is.
+
+No client can hold the endpoint: a request (head, body, answer) must be done
+within ``idle_timeout`` of the previous one, however slowly its bytes
+trickle in; a head is capped; connections beyond a cap are closed at once;
+an error on one connection ends that connection only.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
+from typing import Final, TypeAlias, final
+
+import attrs
+import h11
+import trio
+
+from ._admission import check_positive_int
+from ._inboxreceiver import InboxReceiver
+from ._util import NoPublicConstructor, check_name, check_seconds
+
+logger = logging.getLogger("trio_graceful.health")
+
+_CHUNK: Final = 65536
+# How long a closing connection waits for its client to read the last answer
+# and close: closing with unread input would reset the connection, and the
+# client could lose an answer it has not read yet.
+_LINGER: Final = 1.0
+_PATHS: Final = frozenset({b"/livez", b"/readyz", b"/statusz"})
+_METHODS: Final = frozenset({b"GET", b"HEAD"})
+_TEXT: Final = b"text/plain; charset=utf-8"
+_JSON: Final = b"application/json"
+_Reply: TypeAlias = "tuple[int, bytes, bytes]"  # status, content type, body
+
+
+@attrs.frozen
+class HealthAnswer:
+    """What the health endpoint says right now, returned by its ``answer`` callable."""
+
+    live: bool
+    """Whether the process runs (``/livez`` answers 200 if so, else 503)."""
+
+    ready: bool
+    """Whether it takes new work (``/readyz`` answers 200 if so, else 503)."""
+
+    status: Mapping[str, object]
+    """JSON-able values, served at ``/statusz`` (keys sorted)."""
+
+    reason: str = ""
+    """Why it is not ready, for the body of ``/readyz``'s 503."""
+
+
+@attrs.frozen
+class HealthStatistics:
+    """Counts kept by a running health endpoint (`HealthEndpoint.statistics`)."""
+
+    connections: int
+    """Connections open now."""
+
+    answered: int
+    """Answers sent, whatever their status."""
+
+    refused: int
+    """Connections closed unanswered because ``max_connections`` were open."""
+
+    timed_out: int
+    """Connections closed because a request was not done within ``idle_timeout``."""
+
+
+@attrs.define(eq=False)
+class _Connection:
+    stream: trio.abc.Stream
+    http: h11.Connection
+    reading: trio.CancelScope | None = None  # while waiting for the client
+
+
+@final
+@attrs.define(eq=False)
+class HealthEndpoint(metaclass=NoPublicConstructor):
+    """A running health endpoint: `serve_health` reports it when it is ready."""
+
+    _inbox: InboxReceiver[object]
+    _answer: Callable[[], HealthAnswer]
+    _idle_timeout: float
+    _max_connections: int = attrs.field(validator=check_positive_int)
+    _max_header_bytes: int = attrs.field(validator=check_positive_int)
+    _connections: set[_Connection] = attrs.field(factory=set["_Connection"], init=False)
+    _answered: int = attrs.field(default=0, init=False)
+    _refused: int = attrs.field(default=0, init=False)
+    _timed_out: int = attrs.field(default=0, init=False)
+
+    def statistics(self) -> HealthStatistics:
+        """Return a `HealthStatistics` snapshot. Not a checkpoint."""
+        return HealthStatistics(
+            connections=len(self._connections),
+            answered=self._answered,
+            refused=self._refused,
+            timed_out=self._timed_out,
+        )
+
+    def _stop_reading(self) -> None:
+        """Close every connection that waits for its client (STOP came)."""
+        for connection in self._connections:
+            if connection.reading is not None:
+                connection.reading.cancel(reason="the health endpoint is stopping")
+
+    async def _serve(self, stream: trio.abc.Stream) -> None:
+        """Serve one connection; `trio.serve_listeners` closes the stream after."""
+        if len(self._connections) >= self._max_connections:
+            self._refused += 1
+            logger.warning(
+                "health endpoint: closed a new connection, %d are open already "
+                "(%d refused so far)",
+                self._max_connections,
+                self._refused,
+            )
+            return
+        http = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=self._max_header_bytes
+        )
+        connection = _Connection(stream, http)
+        self._connections.add(connection)
+        try:
+            while True:
+                with trio.move_on_after(self._idle_timeout):
+                    if not await self._exchange(connection):
+                        break
+                    http.start_next_cycle()
+                    continue
+                # Here only when the time was up.
+                self._timed_out += 1
+                logger.debug(
+                    "health endpoint: closed a connection with no complete "
+                    "request for %s s",
+                    self._idle_timeout,
+                )
+                return
+            if http.our_state is h11.MUST_CLOSE:
+                await _linger(stream)
+        except trio.BrokenResourceError as exc:
+            logger.debug("health endpoint: a client went away: %r", exc)
+        except Exception:
+            logger.exception("health endpoint: a connection failed")
+        finally:
+            self._connections.discard(connection)
+
+    async def _exchange(self, connection: _Connection) -> bool:
+        """Read a request and answer it; tell whether the connection carries on."""
+        try:
+            request = await self._receive_request(connection)
+        except h11.RemoteProtocolError as exc:
+            # Nothing was sent yet: we answer only whole requests.
+            logger.debug("health endpoint: bad request: %s", exc)
+            await self._send(
+                connection, b"GET", _text(exc.error_status_hint), close=True
+            )
+            return False
+        if request is None:
+            return False
+        method, target = request.method, request.target
+        try:
+            reply = _reply(method, target, self._answer)
+        except Exception:
+            logger.exception(
+                "health endpoint: no answer for %s %s",
+                method.decode(),
+                target.decode("ascii", "replace"),
+            )
+            reply = _text(500)
+        close = self._inbox.stop_received
+        await self._send(connection, method, reply, close=close)
+        return connection.http.our_state is h11.DONE
+
+    async def _receive_request(self, connection: _Connection) -> h11.Request | None:
+        """Read a request, dropping any body; None if the client closed or STOP came.
+
+        Raises:
+            h11.RemoteProtocolError: if the request is not valid HTTP/1.1.
+        """
+        http = connection.http
+        request: h11.Request | None = None
+        while True:
+            event = http.next_event()
+            if event is h11.NEED_DATA:
+                data = await self._receive(connection)
+                if data is None:
+                    return None
+                http.receive_data(data)
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.EndOfMessage):
+                return request
+            elif not isinstance(event, h11.Data):
+                return None  # h11.ConnectionClosed: the client closed first
+
+    async def _receive(self, connection: _Connection) -> bytes | None:
+        """Return the next bytes from the client (b"" at its end); None after STOP."""
+        if not self._inbox.stop_received:
+            with trio.CancelScope() as connection.reading:
+                try:
+                    return bytes(await connection.stream.receive_some(_CHUNK))
+                finally:
+                    connection.reading = None
+        http = connection.http
+        if http.their_state is not h11.IDLE or http.trailing_data[0]:
+            logger.debug("health endpoint: stopped with a request partly received")
+        return None
+
+    async def _send(
+        self, connection: _Connection, method: bytes, reply: _Reply, *, close: bool
+    ) -> None:
+        status, content_type, body = reply
+        headers = [
+            (b"content-type", content_type),
+            (b"content-length", b"%d" % len(body)),
+            (b"cache-control", b"no-store"),
+        ]
+        if status == HTTPStatus.METHOD_NOT_ALLOWED:
+            headers.append((b"allow", b"GET, HEAD"))
+        if close:
+            headers.append((b"connection", b"close"))
+        phrase = HTTPStatus(status).phrase.encode()
+        events: list[h11.Event] = [
+            h11.Response(status_code=status, headers=headers, reason=phrase)
+        ]
+        if method != b"HEAD":
+            events.append(h11.Data(data=body))
+        events.append(h11.EndOfMessage())
+        http = connection.http
+        data = b"".join(http.send(event) or b"" for event in events)
+        await connection.stream.send_all(data)
+        self._answered += 1
+
+
+def _text(status: int, text: str = "") -> _Reply:
+    body = (text or HTTPStatus(status).phrase.lower()) + "\n"
+    return status, _TEXT, body.encode()
+
+
+def _reply(method: bytes, target: bytes, answer: Callable[[], HealthAnswer]) -> _Reply:
+    """Return the status, content type and body that answer a request."""
+    path = target.partition(b"?")[0]
+    if path not in _PATHS:
+        return _text(HTTPStatus.NOT_FOUND)
+    if method not in _METHODS:
+        return _text(HTTPStatus.METHOD_NOT_ALLOWED)
+    now = answer()  # at each request: a probe sees the state of this instant
+    if path == b"/livez":
+        return _text(200, "live") if now.live else _text(503, "not live")
+    if path == b"/readyz":
+        if now.ready:
+            return _text(200, "ready")
+        return _text(503, f"not ready: {now.reason}" if now.reason else "not ready")
+    # Strict JSON: Infinity and NaN are JavaScript, and parsers refuse them.
+    body = json.dumps(dict(now.status), sort_keys=True, allow_nan=False)
+    return 200, _JSON, body.encode()
+
+
+async def _linger(stream: trio.abc.Stream) -> None:
+    """Say we are done sending, and read until the client closes, for a short while."""
+    with trio.move_on_after(_LINGER):
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            await stream.send_eof()
+        while await stream.receive_some(_CHUNK):
+            pass
+
+
+def _check_port(port: object) -> int:
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise TypeError(f"port must be a port number, not {port!r}")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be a port number in 0..65535, not {port!r}")
+    return port
+
+
+async def open_health_listeners(
+    host: str | None, port: int
+) -> list[trio.SocketListener]:
+    """Open the TCP listeners of a health endpoint, as `trio.open_tcp_listeners` does.
+
+    This is a checkpoint.
+
+    Args:
+        host (str or None): The address to listen on; None listens on every
+            interface (IPv4 and IPv6 where available).
+        port (int): The port; 0 picks a free one (find it with
+            ``listener.socket.getsockname()``).
+
+    Returns:
+        list[trio.SocketListener]: The listeners, to pass to `serve_health`.
+
+    Raises:
+        TypeError: if ``port`` is not an int (a `bool` is refused too), or
+            ``host`` is neither a string nor None.
+        ValueError: if ``port`` is not in 0..65535.
+        OSError: if the port cannot be used (taken, not permitted); the
+            message names the host and the port, and ``errno`` is the
+            system's.
+    """
+    _check_port(port)
+    check_name(host, argument="host")
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        where = f"port {port} of {host or 'every interface'}"
+        why = exc.strerror or exc
+        message = f"the health endpoint cannot listen on {where}: {why}"
+        raise OSError(exc.errno, message) from exc
+
+
+async def serve_health(
+    inbox: InboxReceiver[object],
+    listeners: Sequence[trio.abc.Listener[trio.abc.Stream]],
+    answer: Callable[[], HealthAnswer],
+    *,
+    idle_timeout: float = 10.0,
+    max_connections: int = 32,
+    max_header_bytes: int = 8192,
+    task_status: trio.TaskStatus[HealthEndpoint] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Answer health probes on ``listeners`` until `STOP` comes in ``inbox``.
+
+    A service, as `Runner.start_service` runs it. ``GET`` or ``HEAD`` of
+    ``/livez`` answers 200 while `HealthAnswer.live` (else 503), of
+    ``/readyz`` 200 while `HealthAnswer.ready` (else 503 with the reason),
+    of ``/statusz`` 200 and `HealthAnswer.status` as JSON. A query string is
+    ignored. Other paths get 404, other methods 405, a request that is not
+    HTTP/1.1 400 (431 for a head too large), an ``answer`` that raises 500.
+    Every answer has ``Content-Length`` and ``Cache-Control: no-store``;
+    connections are kept alive unless the client says ``Connection: close``.
+
+    ``answer`` is called at each request, in the Trio thread, and must not
+    block. The listeners belong to `serve_health` from the call on: they are
+    closed when it returns or raises. At STOP they close at once (new probes
+    are refused), connections waiting for a request or for the rest of one
+    are closed, and answers being sent are finished; those sent after STOP
+    say ``Connection: close``. It returns then, within ``idle_timeout`` and
+    a second at worst (a client that stops reading in the middle of an
+    answer). This is a checkpoint.
+
+    Args:
+        inbox: The service's inbox; STOP there ends the service. Send
+            nothing else: STOP would wait behind it, and nothing reads it.
+        listeners: Where probes come in, from `open_health_listeners`.
+        answer: Returns the `HealthAnswer` of this instant.
+        idle_timeout (float): Seconds a connection may take to complete a
+            request, counted from its opening or its previous answer.
+        max_connections (int): Connections open at once; more are closed
+            as soon as they are accepted, each logged as a warning.
+        max_header_bytes (int): The most bytes held of a request head not
+            complete yet (h11's ``max_incomplete_event_size``); beyond, 431.
+        task_status: Started with the `HealthEndpoint` once it is listening.
+
+    Raises:
+        TypeError: if ``answer`` is not callable, or an option has the wrong type.
+        ValueError: if ``idle_timeout`` is negative or NaN, or a count is below 1.
+    """
+    listeners = list(listeners)
+    try:
+        if not callable(answer):
+            raise TypeError(f"answer must be a callable, not {answer!r}")
+        endpoint = HealthEndpoint._create(  # pyright: ignore[reportPrivateUsage]
+            inbox,
+            answer,
+            check_seconds("idle_timeout", idle_timeout),
+            max_connections,
+            max_header_bytes,
+        )
+        async with trio.open_nursery() as connections:
+            accept = functools.partial(
+                trio.serve_listeners,
+                endpoint._serve,  # pyright: ignore[reportPrivateUsage]
+                listeners,
+                handler_nursery=connections,
+            )
+            task_status.started(endpoint)
+            # Cancelled at STOP, serve_listeners closes the listeners; the
+            # connections run in their own nursery and finish their answers.
+            await inbox.until_stop(accept)
+            endpoint._stop_reading()  # pyright: ignore[reportPrivateUsage]
+    finally:
+        for listener in listeners:
+            await trio.aclose_forcefully(listener)
