@@ -39,6 +39,7 @@ from trio_graceful import (
     AdmissionGate,
     Bundle,
     ExitCodes,
+    HealthAnswer,
     InboxReceiver,
     ThreadBudget,
     Trace,
@@ -46,6 +47,7 @@ from trio_graceful import (
     TraceKind,
     add_trace_hook,
     open_bundle,
+    open_health_listeners,
     open_inbox,
     open_stdin_lines,
     plot_timeline,
@@ -54,6 +56,7 @@ from trio_graceful import (
     run_asyncio,
     run_in_thread,
     run_process,
+    serve_health,
 )
 
 if sys.version_info < (3, 11):
@@ -170,6 +173,37 @@ def run_call(**kwargs: object) -> Callable[[object, Bundle | None], object]:
         arguments.update(dict.fromkeys(kwargs, value))
         main = arguments.pop("main")
         return run(main, **arguments)  # type: ignore[arg-type]
+
+    return call
+
+
+def is_port(value: object) -> bool:
+    return is_integer(value) and 0 <= value <= 65535  # type: ignore[operator]
+
+
+def health_listeners_opened(**kwargs: object) -> Callable[[object, object], object]:
+    """Open health listeners with one argument replaced, and close them."""
+
+    async def call(value: object, _: object) -> None:
+        arguments: dict[str, object] = {"host": "127.0.0.1", "port": 0}
+        arguments.update(dict.fromkeys(kwargs, value))
+        for listener in await open_health_listeners(**arguments):  # type: ignore[arg-type]
+            await listener.aclose()
+
+    return call
+
+
+def health_served(**kwargs: object) -> Callable[[object, object], object]:
+    """Serve health probes on no listener with one argument replaced."""
+
+    def call(value: object, _: object) -> object:
+        def answer() -> HealthAnswer:
+            return HealthAnswer(live=True, ready=True, status={})
+
+        arguments: dict[str, object] = {"answer": answer}
+        arguments.update(dict.fromkeys(kwargs, value))
+        _, inbox = open_inbox()
+        return serve_health(inbox, [], **arguments)  # type: ignore[arg-type]
 
     return call
 
@@ -387,6 +421,38 @@ CASES: dict[str, Case] = {
             "clock": instance_or_none(trio.abc.Clock),
             "name": is_str_or_none,
             "second_signal": lambda v: isinstance(v, str) and v in ("force", "exit"),
+            "drain_delay": is_seconds,
+            "stop_budget": is_seconds,
+            "health_port": lambda v: v is None or is_port(v),
+            # alone, even a string is refused: it needs a health_port
+            "health_host": lambda v: v is None,
+        }.items()
+    },
+    "open_health_listeners/port": Case(
+        "port",
+        health_listeners_opened(port=None),
+        is_port,
+        allowed=(OSError,),  # a port in use, or one that needs privileges
+    ),
+    "open_health_listeners/host": Case(
+        "host",
+        health_listeners_opened(host=None),
+        # a string may name no host (refused), or fail to resolve (OSError)
+        lambda v: True if v is None else (None if isinstance(v, str) else False),
+        allowed=(OSError,),
+    ),
+    **{
+        f"serve_health/{argument}": Case(
+            argument,
+            health_served(**{argument: None}),
+            valid,
+            only_invalid=True,
+        )
+        for argument, valid in {
+            "answer": callable,
+            "idle_timeout": is_seconds,
+            "max_connections": lambda v: is_integer(v) and v >= 1,  # type: ignore[operator]
+            "max_header_bytes": lambda v: is_integer(v) and v >= 1,  # type: ignore[operator]
         }.items()
     },
     **child_cases(

@@ -1,4 +1,4 @@
-"""The watchdog's measure of a late thread: wall time when blocked, CPU time when running.
+"""How the watchdog measures a late thread: wall time blocked, CPU time running.
 
 Real threads: the point is what the kernel says of them.
 """

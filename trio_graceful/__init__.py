@@ -16,6 +16,13 @@ from ._aio import AsyncioInbox as AsyncioInbox, run_asyncio as run_asyncio
 from ._bundle import Bundle as Bundle, open_bundle as open_bundle
 from ._exitcodes import ExitCodes as ExitCodes
 from ._exports import present_as_package as _present_as_package
+from ._health import (
+    HealthAnswer as HealthAnswer,
+    HealthEndpoint as HealthEndpoint,
+    HealthStatistics as HealthStatistics,
+    open_health_listeners as open_health_listeners,
+    serve_health as serve_health,
+)
 from ._inbox import (
     InboxReceiver as InboxReceiver,
     InboxSender as InboxSender,

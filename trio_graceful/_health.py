@@ -28,7 +28,7 @@ import trio
 
 from ._admission import check_positive_int
 from ._inboxreceiver import InboxReceiver
-from ._util import NoPublicConstructor, check_name, check_seconds
+from ._util import NoPublicConstructor, check_name, check_port, check_seconds
 
 logger = logging.getLogger("trio_graceful.health")
 
@@ -276,14 +276,6 @@ async def _linger(stream: trio.abc.Stream) -> None:
             pass
 
 
-def _check_port(port: object) -> int:
-    if isinstance(port, bool) or not isinstance(port, int):
-        raise TypeError(f"port must be a port number, not {port!r}")
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port must be a port number in 0..65535, not {port!r}")
-    return port
-
-
 async def open_health_listeners(
     host: str | None, port: int
 ) -> list[trio.SocketListener]:
@@ -303,12 +295,13 @@ async def open_health_listeners(
     Raises:
         TypeError: if ``port`` is not an int (a `bool` is refused too), or
             ``host`` is neither a string nor None.
-        ValueError: if ``port`` is not in 0..65535.
+        ValueError: if ``port`` is not in 0..65535, or ``host`` cannot be a
+            host name (IDNA refuses it).
         OSError: if the port cannot be used (taken, not permitted); the
             message names the host and the port, and ``errno`` is the
             system's.
     """
-    _check_port(port)
+    check_port("port", port)
     check_name(host, argument="host")
     try:
         return await trio.open_tcp_listeners(port, host=host)
@@ -317,6 +310,8 @@ async def open_health_listeners(
         why = exc.strerror or exc
         message = f"the health endpoint cannot listen on {where}: {why}"
         raise OSError(exc.errno, message) from exc
+    except UnicodeError as exc:  # the IDNA encoding of a name that cannot be one
+        raise ValueError(f"host must be a host name or address, not {host!r}") from exc
 
 
 async def serve_health(

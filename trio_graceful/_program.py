@@ -45,6 +45,7 @@ from ._exitcodes import Ending, exit_status
 from ._gcdeferral import GcHold
 from ._lifecycle import Event, Lifecycle
 from ._mainrun import MainRun
+from ._probes import Probes
 from ._runoptions import RunOptions
 from ._services import ServiceStack
 from ._signals import SignalRelay
@@ -109,6 +110,7 @@ class Program:
             escalation=self.escalation,
         )
         self.gc = GcHold()
+        self.probes = Probes(self)
         self.token: trio.lowlevel.TrioToken | None = None
         self.control: trio.Nursery | None = None
         self.root: Bundle | None = None
@@ -165,6 +167,7 @@ class Program:
         with contextlib.ExitStack() as stack:
             async with trio.open_nursery() as control:
                 self.control = control
+                self.probes.start(control)
                 root_closed = trio.Event()
                 await control.start(self._run_services, root_closed, name="<services>")
                 self.transition(Event.START, "")
@@ -172,6 +175,7 @@ class Program:
                     self._connect_signals()
                     stack.callback(self.relay.disconnect)
                     stack.enter_context(self.watchdog.counting_signals())
+                await self.probes.start_health_endpoint()
                 await self._run_root_bundle()
                 self.stages.move(Move.ROOT_CLOSED)
                 root_closed.set()
@@ -387,7 +391,9 @@ class Program:
     # -- helpers -----------------------------------------------------------------------
 
     def transition(self, event: Event, reason: str) -> None:
+        source = self.lifecycle.state
         self.lifecycle._transition(event, reason)  # pyright: ignore[reportPrivateUsage]
+        self.probes.transitioned(event, source)
 
     def check_thread(self, method: str) -> None:
         if not in_trio_run(self.token):

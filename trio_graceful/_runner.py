@@ -99,7 +99,9 @@ class Runner(metaclass=NoPublicConstructor):
     def health_address(self) -> tuple[str, int] | None:
         """The ``(host, port)`` the health endpoint listens on; None without one.
 
-        With ``health_port=0`` this is where to find the port the system chose.
+        With ``health_port=0`` this is where to find the port the system chose
+        (give a ``health_host`` too: on every interface, IPv4 and IPv6 would
+        each get a port of their own, and this names the first).
         """
         return self._run.health_address
 

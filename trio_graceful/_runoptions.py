@@ -20,7 +20,7 @@ import trio
 from ._budget import StopTimes, fit_stop_budget
 from ._escalation import SecondSignal
 from ._exitcodes import ExitCodes
-from ._util import check_name, check_seconds, is_async_def
+from ._util import check_name, check_port, check_seconds, is_async_def
 
 # Signals whose handlers cannot be changed.
 _UNCATCHABLE: Final = frozenset({signal.SIGKILL, signal.SIGSTOP})
@@ -85,20 +85,6 @@ def _check_signals(signals: object) -> tuple[int, ...]:
         if item not in result:
             result.append(int(item))
     return tuple(result)
-
-
-def check_port(name: str, value: object) -> int:
-    """Return ``value`` if it is a TCP port number (0 picks a free one).
-
-    Raises:
-        TypeError: if ``value`` is not an int (`bool` is refused too).
-        ValueError: if ``value`` is not in 0..65535.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a port number, not {value!r}")
-    if not 0 <= value <= 65535:
-        raise ValueError(f"{name} must be a port number in 0..65535, not {value!r}")
-    return value
 
 
 def _check_health(port: object, host: object) -> tuple[int | None, str | None]:

@@ -55,6 +55,20 @@ def check_seconds(name: str, value: object) -> float:
         return math.inf
 
 
+def check_port(name: str, value: object) -> int:
+    """Return ``value`` if it is a TCP port number (0 picks a free one).
+
+    Raises:
+        TypeError: if ``value`` is not an int (`bool` is refused too).
+        ValueError: if ``value`` is not in 0..65535.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a port number, not {value!r}")
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{name} must be a port number in 0..65535, not {value!r}")
+    return value
+
+
 def check_buffer_size(value: object) -> int | float:
     """Validate a channel's ``max_buffer_size`` the way `trio.open_memory_channel` does.
 
