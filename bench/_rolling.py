@@ -41,7 +41,8 @@ PROBE_PERIOD = 0.1
 PROBE_TIMEOUT = 1.0
 STARTUP_TIMEOUT = 60.0  # a bound against hangs on a busy machine, not a target
 LISTENING = r"listening on ws://127\.0\.0\.1:(\d+)/"
-HEALTH = r"health endpoint on http://127\.0\.0\.1:(\d+)/"
+HEALTH = r"health endpoint on .*?(\d+)/?$"
+"""The example's line (a URL), or the runner's (``on port N``): group 1 is the port."""
 STOPPED_ACCEPTING = r"stopped accepting"
 
 

@@ -49,7 +49,6 @@ from trio_graceful.jobs import (
 )
 
 KINDS = ("steps", "stubborn", "blocking")
-logger = logging.getLogger("jobs_service")
 
 
 def append_audit(path: str | None, line: dict[str, Any]) -> None:
@@ -161,8 +160,6 @@ async def run_worker(
         poll_interval=0.1,
     )
     await runner.start_service(worker.serve, name="jobs worker")
-    if runner.health_address is not None:
-        logger.info("health endpoint on http://%s:%d/", *runner.health_address)
     task_status.started()
     _, inbox = runner.root.open_inbox()
     await inbox.receive()
