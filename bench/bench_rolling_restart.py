@@ -20,8 +20,9 @@ it new connections for a second.
 Run ``python bench/bench_rolling_restart.py [--quick] [--restarts N]
 [--drain-delay 0,1,2] [--lag S]``: it prints a table and the results as
 JSON, and writes ``bench/results/rolling_restart.json`` (with the timeline
-of one restart per scenario) and ``rolling_restart.rst`` (the tables the
-documentation includes). ``--render`` makes the tables again from the JSON.
+of every restart) and ``rolling_restart.rst`` (the tables the documentation
+includes); a ``--quick`` run writes them only with ``--output-dir``.
+``--render`` makes the tables again from the JSON.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import statistics
 import sys
 import time
@@ -323,6 +325,22 @@ def write(results: dict[str, Any], directory: Path) -> None:
     (directory / "rolling_restart.rst").write_text(render(results))
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds >= 0, not {text!r}"
+        )
+    return value
+
+
+def _delays(text: str) -> list[float]:
+    return [_seconds(part) for part in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two restarts, 4 clients")
@@ -330,26 +348,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, help="clients pipelining requests")
     parser.add_argument(
         "--drain-delay",
-        type=lambda text: [float(x) for x in text.split(",")],
+        type=_delays,
         help="comma-separated drain delays, one scenario each "
         "(default: 0, the lag, twice the lag)",
     )
-    parser.add_argument("--lag", type=float, default=1.0, help="propagation lag, s")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    parser.add_argument("--lag", type=_seconds, default=1.0, help="seconds")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        help="where to write the results (default: bench/results, and nowhere "
+        "for --quick, so that a quick run never replaces the full results)",
+    )
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON")
     args = parser.parse_args(argv)
     if args.render is not None:
         results = json.loads(args.render.read_text())
         args.render.with_suffix(".rst").write_text(render(results))
     else:
-        results = run(
-            quick=args.quick,
-            restarts=args.restarts,
-            drain_delays=args.drain_delay,
-            lag=args.lag,
-            clients=args.clients,
-        )
-        write(results, args.output_dir)
+        try:
+            results = run(
+                quick=args.quick,
+                restarts=args.restarts,
+                drain_delays=args.drain_delay,
+                lag=args.lag,
+                clients=args.clients,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+        directory = args.output_dir or (None if args.quick else RESULTS)
+        if directory is not None:
+            write(results, directory)
         print(json.dumps(results, indent=1))
     for table in [*tables(results), _render.goals_table(goals(results))]:
         print(_render.markdown_table(table))
