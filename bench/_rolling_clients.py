@@ -129,7 +129,6 @@ class Fleet:
     """Set once every client has had an answer."""
     _loop: asyncio.AbstractEventLoop | None = None
     _stopping: asyncio.Event | None = None
-    _unsent_at_end: int = 0
 
     def run(self) -> None:
         """Run the clients until `stop` (blocks: call it in a thread)."""
