@@ -85,7 +85,8 @@ def test_sigterm_without_a_handler_kills_a_process_but_not_pid_1(
     prefix = request.getfixturevalue("namespace") if as_pid_1 else []
     argv = [*prefix, sys.executable, script(tmp_path, PLAIN)]
     with start(argv, stdin=subprocess.PIPE) as process:
-        assert process.stdout is not None and process.stdin is not None
+        assert process.stdout is not None
+        assert process.stdin is not None
         first = process.stdout.readline().decode()
         assert first == f"pid {1 if as_pid_1 else process.pid}\n"
         program = only_child(process.pid) if as_pid_1 else process.pid
