@@ -8,12 +8,14 @@ fixed time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -59,11 +61,38 @@ class LineReader:
         return rest
 
 
-def start(argv: list[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    """Start ``argv`` with its output and errors in pipes."""
-    return subprocess.Popen(
+@contextlib.contextmanager
+def running(
+    argv: list[str], stdin: int = subprocess.DEVNULL
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``argv`` with its output and errors in pipes.
+
+    A test that fails while the program still runs must not leave it (or
+    what it started) behind: on the way out, whatever of the process tree is
+    left gets SIGKILL, from the leaves up, before the pipes are closed. The
+    first process of a PID namespace takes SIGKILL from outside, and its end
+    ends the namespace.
+    """
+    with subprocess.Popen(
         argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    ) as process:
+        try:
+            yield process
+        finally:
+            # Only while it is unreaped is its pid surely still its own.
+            if process.poll() is None:
+                for pid in reversed(tree_of(process.pid)):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                process.wait(PATIENCE)
+
+
+def tree_of(pid: int) -> list[int]:
+    """``pid`` and its descendants still running, parents before children."""
+    tree = [pid]
+    for member in tree:
+        tree.extend(children_of(member))
+    return tree
 
 
 def stat_of(pid: int) -> tuple[str, int] | None:

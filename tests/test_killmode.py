@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from .process_support import LineReader, children_of, start, stat_of, wait_for
+from .process_support import LineReader, children_of, running, stat_of, wait_for
 
 pytestmark = pytest.mark.realtime
 
@@ -110,7 +110,7 @@ def ready_pids(output: LineReader) -> dict[str, int]:
 
 def test_mixed_sigterm_to_the_main_process_stops_the_children_in_order(tmp_path):
     # KillMode=mixed: SIGTERM to the main process only.
-    with start(program_argv(tmp_path, drain=0.2)) as process:
+    with running(program_argv(tmp_path, drain=0.2)) as process:
         assert process.stdout is not None
         assert process.stderr is not None
         output = LineReader(process.stdout)
@@ -143,7 +143,7 @@ def test_control_group_sigterm_to_every_process_breaks_the_order(tmp_path):
     # no particular order. Here the worker gets it first, then the database,
     # then the program.
     manager = os.getpid()
-    with start(program_argv(tmp_path, drain=600)) as process:
+    with running(program_argv(tmp_path, drain=600)) as process:
         assert process.stdout is not None
         assert process.stderr is not None
         output = LineReader(process.stdout)
