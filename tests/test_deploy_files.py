@@ -24,7 +24,7 @@ import attrs
 import pytest
 
 import trio_graceful
-from trio_graceful import _watchdog
+from trio_graceful._budget import WATCHDOG_MARGIN
 
 from .examples_loader import load_example
 
@@ -34,8 +34,6 @@ EXAMPLE = "websocket_close_server.py"
 UNWIND_BUDGET: float = (
     inspect.signature(trio_graceful.run).parameters["unwind_budget"].default
 )
-WATCHDOG_MARGIN = _watchdog.BUSY_ALLOWANCE + _watchdog.REPORT_TIMEOUT
-"""How long past grace + unwind budget the watchdog may take to end a run."""
 
 
 @attrs.frozen

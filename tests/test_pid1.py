@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from trio_graceful._program import PID_1_WARNING
+
 from .process_support import LineReader, children_of, running, stat_of, wait_for
 
 pytestmark = pytest.mark.realtime
@@ -123,7 +125,7 @@ GRACEFUL = """
 
 
 def stop_and_check(
-    process: subprocess.Popen[bytes], output: LineReader, pid: int
+    process: subprocess.Popen[bytes], output: LineReader, pid: int, *, pid_1: bool
 ) -> None:
     """Send SIGTERM to ``pid`` and check that the program shut down gracefully."""
     os.kill(pid, signal.SIGTERM)  # from outside, as a container runtime does
@@ -131,7 +133,11 @@ def stop_and_check(
     # unshare (and tini) exit with the program's status.
     assert process.wait(timeout=60) == 0
     assert process.stderr is not None
-    assert process.stderr.read() == b"SIGTERM: shutting down (grace 10 s)\n"
+    warning = [PID_1_WARNING] if pid_1 else []
+    assert process.stderr.read().decode().splitlines() == [
+        *warning,
+        "SIGTERM: shutting down (grace 10 s)",
+    ]
 
 
 def test_as_pid_1_the_runner_shuts_down_on_sigterm_and_leaves_orphans_as_zombies(
@@ -150,7 +156,7 @@ def test_as_pid_1_the_runner_shuts_down_on_sigterm_and_leaves_orphans_as_zombies
         # ... and stays a zombie: the runner waits for its own children only.
         assert children_of(program) == [orphan]
 
-        stop_and_check(process, output, program)
+        stop_and_check(process, output, program, pid_1=True)
 
 
 def test_under_tini_the_orphans_are_reaped_and_sigterm_is_passed_on(
@@ -174,4 +180,4 @@ def test_under_tini_the_orphans_are_reaped_and_sigterm_is_passed_on(
         os.kill(orphan, signal.SIGTERM)
         wait_for(lambda: stat_of(orphan) is None, "tini to reap the orphan")
 
-        stop_and_check(process, output, init)  # tini passes SIGTERM on
+        stop_and_check(process, output, init, pid_1=False)  # tini passes it on
