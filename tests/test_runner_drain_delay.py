@@ -21,7 +21,7 @@ from hypothesis import given, strategies as st
 
 import trio_graceful
 from trio_graceful import STOP, LifecycleState, ProgramStatus, current_runner
-from trio_graceful._budget import StopTimes, fit_stop_budget
+from trio_graceful._budget import WATCHDOG_MARGIN, StopTimes, fit_stop_budget
 
 from .test_runner import Timeline, run, stage_lines
 
@@ -291,7 +291,7 @@ def test_a_budget_that_holds_everything_changes_nothing(caplog):
         runner = current_runner()
         assert (runner.grace, runner.drain_delay) == (10, 5)
 
-    assert run(main, drain_delay=5, stop_budget=18) == 0
+    assert run(main, drain_delay=5, stop_budget=20) == 0
     assert not [r for r in caplog.records if "stop budget" in r.getMessage()]
 
 
@@ -308,11 +308,12 @@ def test_a_budget_too_small_shortens_the_grace_and_says_so(caplog):
             timeline("cancelled")
 
     assert run(main, drain_delay=5, grace=30, stop_budget=20) == 143
-    assert timeline.events == [(0, "grace 12, delay 5"), (17, "cancelled")]
+    assert timeline.events == [(0, "grace 10, delay 5"), (15, "cancelled")]
     assert stage_lines(caplog)[0] == (
         "WARNING",
         "the shutdown does not fit the stop budget of 20 s: drain_delay 5 s + "
-        "grace 30 s + unwind_budget 3 s = 38 s; shortened to fit: grace 30 s -> 12 s",
+        "grace 30 s + unwind_budget 3 s + 2 s for the emergency exit = 40 s; "
+        "shortened to fit: grace 30 s -> 10 s",
     )
 
 
@@ -332,10 +333,11 @@ def test_fitting_the_budget(delay, grace, unwind, budget):
         return
     assert warning is not None
     assert f"stop budget of {budget:g} s" in warning
-    assert fitted.total <= budget * (1 + 1e-12)
+    room = max(0.0, budget - WATCHDOG_MARGIN)
+    assert fitted.total - WATCHDOG_MARGIN <= room * (1 + 1e-12)
     # The grace gives way first, then the delay, then the unwind budget.
-    assert fitted.unwind_budget == min(unwind, budget)
-    assert fitted.drain_delay == min(delay, budget - fitted.unwind_budget)
+    assert fitted.unwind_budget == min(unwind, room)
+    assert fitted.drain_delay == min(delay, room - fitted.unwind_budget)
     assert fitted.grace <= grace
 
 

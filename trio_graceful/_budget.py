@@ -3,8 +3,10 @@
 An orchestrator gives a program a fixed time between its stop signal and
 SIGKILL: Kubernetes' ``terminationGracePeriodSeconds``, systemd's
 ``TimeoutStopSec``, ``docker stop -t``. A `trio_graceful.run` shutdown takes
-at most ``drain_delay + grace + unwind_budget`` from the first signal (the
-watchdog ends the process after that), so that sum must fit in the budget,
+at most ``drain_delay + grace + unwind_budget`` from the first signal, and
+the watchdog's emergency exit up to `WATCHDOG_MARGIN` more (a thread still
+busy gets a second of running time, the report a second), so that sum must
+fit in the budget,
 or the orchestrator's SIGKILL comes first: no emergency report, no exit
 status, the drain cut at a moment nobody chose.
 
@@ -17,8 +19,14 @@ hung), then the drain delay, then the unwind budget.
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import attrs
+
+from ._watchdog import BUSY_ALLOWANCE, REPORT_TIMEOUT
+
+WATCHDOG_MARGIN: Final = BUSY_ALLOWANCE + REPORT_TIMEOUT
+"""Seconds the emergency exit may take past the unwind budget."""
 
 
 @attrs.frozen
@@ -33,13 +41,14 @@ class StopTimes:
     @property
     def total(self) -> float:
         """The longest a shutdown can take after the first signal."""
-        return self.drain_delay + self.grace + self.unwind_budget
+        return self.drain_delay + self.grace + self.unwind_budget + WATCHDOG_MARGIN
 
     def arithmetic(self) -> str:
         """The sum, written out for the log: ``drain_delay 5 + grace 30 + ...``."""
         return (
             f"drain_delay {self.drain_delay:g} s + grace {self.grace:g} s + "
-            f"unwind_budget {self.unwind_budget:g} s = {self.total:g} s"
+            f"unwind_budget {self.unwind_budget:g} s + {WATCHDOG_MARGIN:g} s for "
+            f"the emergency exit = {self.total:g} s"
         )
 
 
@@ -53,7 +62,7 @@ def fit_stop_budget(times: StopTimes) -> tuple[StopTimes, str | None]:
     budget = times.stop_budget
     if times.total <= budget:
         return times, None
-    left = budget
+    left = max(0.0, budget - WATCHDOG_MARGIN)
     unwind = min(times.unwind_budget, left)
     left -= unwind
     delay = min(times.drain_delay, left)

@@ -65,6 +65,15 @@ SHOW_INTERNALS_VARIABLE: Final = "TRIO_GRACEFUL_SHOW_INTERNALS"
 trio_graceful in the emergency report."""
 
 
+PID_1_WARNING: Final = (
+    "running as PID 1: orphaned processes will not be reaped and signals "
+    "without a handler are ignored; run the program under an init "
+    "(docker run --init, or tini in the image's ENTRYPOINT)"
+)
+"""Logged at startup by a program that is the first process of its PID
+namespace: a container without an init."""
+
+
 def _format_grace(grace: float) -> str:
     return "no time limit" if grace == math.inf else f"grace {grace:g} s"
 
@@ -127,6 +136,10 @@ class Program:
     # -- entry point ---------------------------------------------------------------
 
     def execute(self) -> int:
+        if os.getpid() == 1:
+            # Reaping orphans here (waitpid(-1)) would take the exit
+            # statuses that Trio waits for: that is an init's job.
+            logger.warning("%s", PID_1_WARNING)
         self.watchdog.show_internals = os.environ.get(
             SHOW_INTERNALS_VARIABLE, ""
         ) not in ("", "0")

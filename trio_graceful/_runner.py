@@ -301,9 +301,10 @@ def run(
         stop_budget (float): The time the orchestrator allows between its
             stop signal and SIGKILL (Kubernetes'
             ``terminationGracePeriodSeconds``, systemd's ``TimeoutStopSec``).
-            If ``drain_delay + grace + unwind_budget`` exceeds it, a warning
-            states the sum at startup and the grace is shortened to fit (then
-            the drain delay, then the unwind budget).
+            If ``drain_delay + grace + unwind_budget``, plus the 2 s the
+            emergency exit may take, exceeds it, a warning states the sum at
+            startup and the grace is shortened to fit (then the drain delay,
+            then the unwind budget).
         health_port (int or None): Serve the HTTP health endpoint on this
             port (0 picks a free one; see `Runner.health_address`):
             ``/livez``, ``/readyz`` and ``/statusz`` (`Runner.status` as
