@@ -553,6 +553,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=0.0,
         help="seconds to go on serving, not ready, after the signal (default: 0)",
     )
+    add(
+        "--stop-budget",
+        type=_seconds("stop_budget"),
+        default=math.inf,
+        help="seconds the orchestrator allows before SIGKILL (default: no limit)",
+    )
     add("--health-port", type=_port, help="serve /readyz, /livez and /statusz here")
     add("--echo", action="store_true", help="echo every message instead")
     add("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
@@ -583,6 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server,
         grace=args.grace,
         drain_delay=args.drain_delay,
+        stop_budget=args.stop_budget,
         health_port=args.health_port,
         health_host=None if args.health_port is None else args.host,
         exit_codes=EXIT_CODES,

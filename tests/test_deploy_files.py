@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
+import yaml
 
 import trio_graceful
-from trio_graceful._budget import WATCHDOG_MARGIN
+from trio_graceful._budget import WATCHDOG_MARGIN, StopTimes, fit_stop_budget
 
 from .examples_loader import load_example
 
@@ -123,7 +123,6 @@ def test_the_dockerfiles_stop_signal_is_one_the_runner_handles():
 
 
 def load_yaml(name: str) -> list[Any]:
-    yaml = pytest.importorskip("yaml")
     return list(yaml.safe_load_all((DEPLOY / name).read_text()))
 
 
@@ -231,3 +230,26 @@ def test_every_command_line_is_one_the_example_accepts():
             budget.grace,
         ), name
         assert options.health_port == 8081, name
+
+
+def test_every_command_line_tells_the_runner_its_orchestrators_budget():
+    deployment, _ = kubernetes()
+    pod = deployment["spec"]["template"]["spec"]
+    compose = load_yaml("compose.yaml")[0]["services"]["websocket-server"]
+    orchestrators = {
+        "Dockerfile": float(compose["stop_grace_period"].removesuffix("s")),
+        "kubernetes.yaml": float(pod["terminationGracePeriodSeconds"]),
+        "websocket-server.service": float(unit()["Service"]["TimeoutStopSec"]),
+    }
+    server = load_example("websocket_close_server")
+    for name, args in command_lines().items():
+        options = server.parse_args(args)
+        assert options.stop_budget == orchestrators[name], name
+        # ... and the runner finds that everything fits: nothing shortened.
+        times = StopTimes(
+            drain_delay=options.drain_delay,
+            grace=options.grace,
+            unwind_budget=UNWIND_BUDGET,
+            stop_budget=options.stop_budget,
+        )
+        assert fit_stop_budget(times) == (times, None), name
