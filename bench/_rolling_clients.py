@@ -132,7 +132,14 @@ class Fleet:
 
     def run(self) -> None:
         """Run the clients until `stop` (blocks: call it in a thread)."""
-        asyncio.run(self._main())
+        # A plain loop of its own, whatever policy the process has set (a
+        # process that imported trio_asyncio has that library's).
+        loop = asyncio.SelectorEventLoop()
+        try:
+            loop.run_until_complete(self._main())
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
     def stop(self) -> None:
         """Ask every client to finish: no new request, answers awaited."""
@@ -176,7 +183,9 @@ class Fleet:
                     open_timeout=OPEN_TIMEOUT,
                     compression=None,
                 )
-            except (OSError, InvalidHandshake, TimeoutError) as exc:
+            # Refused, or closed during the opening handshake (how that
+            # shows depends on the moment the proxy gave up on the replica).
+            except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError) as exc:
                 self.counts.fail("connect", f"connection failed: {exc!r}")
                 next_request()  # the request it was for is given up
                 await asyncio.sleep(RECONNECT_PAUSE)
