@@ -13,7 +13,7 @@ from ._admission import (
     BusyError as BusyError,
 )
 from ._aio import AsyncioInbox as AsyncioInbox, run_asyncio as run_asyncio
-from ._bundle import Bundle as Bundle, open_bundle as open_bundle
+from ._bundle import Bundle as Bundle
 from ._exitcodes import ExitCodes as ExitCodes
 from ._exports import present_as_package as _present_as_package
 from ._health import (
@@ -35,6 +35,7 @@ from ._lifecycle import (
     LifecycleState as LifecycleState,
     StateUnreachableError as StateUnreachableError,
 )
+from ._openbundle import open_bundle as open_bundle
 from ._paths import current_bundle as current_bundle
 from ._process import run_process as run_process
 from ._programstatus import ProgramStatus as ProgramStatus

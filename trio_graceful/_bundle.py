@@ -18,35 +18,31 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, cast, final
 
 import attrs
 import trio
 
-from ._cancellation import Cancellation, outcome_of
+from ._cancellation import Cancellation
 from ._childnotes import ChildNotes
+from ._childwatch import ChildWatch
 from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
 from ._paths import (
     bundle_path,
-    enclosing_bundle,
     is_inside,
     register,
     task_path,
     unregister,
 )
 from ._phase import BundlePhase, PhaseRecord
-from ._report import BundleStatistics, CancelReport, ChildOutcome
+from ._report import BundleStatistics, CancelReport
 from ._stopfanout import StopFanout
 from ._topology import (
-    ChildEvents,
     TwoLevelNursery,
     check_startable,
-    is_cancellation as is_cancellation,
-    open_two_level,
 )
 from ._trace import TraceKind, emit, tracing
-from ._util import NoPublicConstructor, check_name, check_seconds, in_trio_run
+from ._util import NoPublicConstructor, check_seconds, in_trio_run
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -57,19 +53,6 @@ if TYPE_CHECKING:
 
 #: The grace of `Bundle.cancel` and `Bundle.shutdown` when none is given.
 DEFAULT_GRACE: Final = 10.0
-
-
-def check_child_of(bundle: Bundle, caller: str) -> None:
-    """Raise `RuntimeError` unless the current task is a child of ``bundle``.
-
-    ``caller`` names the public function for the message.
-    """
-    task = trio.lowlevel.current_task()
-    if task not in bundle:
-        raise RuntimeError(
-            f"{caller}() must be called by a child of bundle {bundle.name!r} "
-            f"(a task started with its start_soon() or start()), not by {task!r}"
-        )
 
 
 @final
@@ -98,8 +81,8 @@ class Bundle(metaclass=NoPublicConstructor):
     _cancellation: Cancellation | None = None
     # Created when the first inbox, callback or shutdown needs it.
     _fanout: StopFanout | None = None
-    # What live children said about themselves; created when one does.
-    _notes: ChildNotes | None = None
+    # Listens to the children's starts and ends; created when needed.
+    _watch: ChildWatch | None = None
 
     def __repr__(self) -> str:
         return (
@@ -398,70 +381,19 @@ class Bundle(metaclass=NoPublicConstructor):
                 f"{method}() must be called by a child of bundle "
                 f"{self._name!r}, not by {task!r}"
             )
-        return self._child_notes()
-
-    # -- what the two levels tell about the children ---------------------------------
-
-    def _watch_children(self) -> None:
-        if self._levels.events is None:
-            self._levels.events = ChildEvents(
-                self._child_started,
-                self._child_ready,
-                self._child_ended,
-                self._start_failed,
-            )
-
-    def _child_started(self, task: trio.lowlevel.Task) -> None:
-        """Trace a child started with `start_soon` as it first runs."""
-        if tracing.active:
-            emit(TraceKind.CHILD_STARTED, self.path, task_path(task, self))
-
-    def _child_ready(self, task: trio.lowlevel.Task) -> None:
-        """Trace a child started with `start` as it reports itself ready."""
-        self._child_started(task)
-
-    def _child_ended(self, task: trio.lowlevel.Task, exc: BaseException | None) -> None:
-        """Record and trace a child's end."""
-        cancellation = self._cancellation
-        if cancellation is None and not tracing.active:
-            self._forget(task)
-            return
-        outcome = outcome_of(exc, self._levels)
-        if tracing.active:
-            emit(
-                TraceKind.CHILD_ENDED,
-                self.path,
-                task_path(task, self),
-                outcome=outcome,
-                detail=repr(exc) if outcome is ChildOutcome.RAISED else None,
-            )
-        abandoned, notes = self._forget(task)
-        if cancellation is not None and cancellation.child_ended(
-            task, exc, outcome, abandoned, notes
-        ):
-            self._cancel_finished()
-
-    def _start_failed(self, task: trio.lowlevel.Task) -> None:
-        """Forget a child that ended before it was ready: it was never ours."""
-        self._forget(task)
-        cancellation = self._cancellation
-        if cancellation is not None and cancellation.finish_if_done():
-            self._cancel_finished()
+        # Watched from now on, to forget the notes when the children end.
+        return self._watch_children().notes()
 
     def _name_task(self, task: trio.lowlevel.Task) -> str:
-        return self._child_notes().name(task)
+        return self._watch_children().notes().name(task)
 
-    def _forget(
-        self, task: trio.lowlevel.Task
-    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        # (abandoned, notes) of the child that ended
-        return ((), ()) if self._notes is None else self._notes.forget(task)
-
-    def _child_notes(self) -> ChildNotes:
-        if self._notes is None:
-            self._notes = ChildNotes()
-            self._watch_children()  # to forget them when the children end
-        return self._notes
+    def _watch_children(self) -> ChildWatch:
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = ChildWatch(self, self._levels)
+        if self._levels.events is None:
+            self._levels.events = watch.events()
+        return watch
 
     # -- internals --------------------------------------------------------------
 
@@ -520,71 +452,8 @@ class Bundle(metaclass=NoPublicConstructor):
     def _block_exited(self) -> None:
         # Every child has ended: nothing more to watch (and no cycle to keep).
         self._levels.events = None
+        self._watch = None
         self._phase.close("its block has exited")
         unregister(self, self.parent_task, self._levels.inner)
         if tracing.active:
             emit(TraceKind.BUNDLE_CLOSED, self.path)
-
-
-@final
-class _BundleManager:
-    """The async context manager returned by `open_bundle`."""
-
-    __slots__ = ("_bundle", "_levels", "_name")
-
-    def __init__(self, name: str | None) -> None:
-        self._name = name
-        self._levels = open_two_level()
-        self._bundle: Bundle | None = None
-
-    @trio.lowlevel.enable_ki_protection
-    async def __aenter__(self) -> Bundle:
-        task = trio.lowlevel.current_task()
-        name = self._name if self._name is not None else f"bundle in {task.name}"
-        self._levels.owner = f"bundle {name!r}"
-        levels = await self._levels.__aenter__()
-        bundle = self._bundle = Bundle._create(  # pyright: ignore[reportPrivateUsage]
-            name,
-            levels,
-            trio.lowlevel.current_trio_token(),
-            enclosing_bundle(task),
-            PhaseRecord(name),
-        )
-        bundle._opened()  # pyright: ignore[reportPrivateUsage]
-        return bundle
-
-    @trio.lowlevel.enable_ki_protection
-    async def __aexit__(
-        self,
-        etype: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        assert self._bundle is not None
-        try:
-            return await self._levels.__aexit__(etype, exc, tb)
-        finally:
-            self._bundle._block_exited()  # pyright: ignore[reportPrivateUsage]
-
-
-def open_bundle(*, name: str | None = None) -> _BundleManager:
-    """Open a `Bundle`: a nursery whose children can be cancelled gracefully.
-
-    Use it as ``async with trio_graceful.open_bundle() as bundle:``. The body
-    starts children with `Bundle.start_soon` / `Bundle.start` and, when it is
-    time to stop, calls ``await bundle.cancel(grace)`` (or `Bundle.shutdown`
-    to send `STOP` first). Leaving the block waits for the children, exactly
-    like a nursery.
-
-    Entering the block is a schedule point but not a cancel point (the
-    children's nursery is opened by a helper task); leaving it is a
-    checkpoint, as for a nursery.
-
-    Args:
-        name (str or None): A name for reports, traces and task names;
-            defaults to ``"bundle in <task name>"``.
-
-    Raises:
-        TypeError: if ``name`` is not a string or None.
-    """
-    return _BundleManager(check_name(name))

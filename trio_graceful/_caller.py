@@ -12,8 +12,21 @@ from __future__ import annotations
 
 import trio
 
-from ._bundle import Bundle, check_child_of
+from ._bundle import Bundle
 from ._paths import current_bundle
+
+
+def check_child_of(bundle: Bundle, caller: str) -> None:
+    """Raise `RuntimeError` unless the current task is a child of ``bundle``.
+
+    ``caller`` names the public function for the message.
+    """
+    task = trio.lowlevel.current_task()
+    if task not in bundle:
+        raise RuntimeError(
+            f"{caller}() must be called by a child of bundle {bundle.name!r} "
+            f"(a task started with its start_soon() or start()), not by {task!r}"
+        )
 
 
 def bundle_of_caller(bundle: object, caller: str) -> Bundle:

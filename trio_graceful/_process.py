@@ -26,8 +26,8 @@ from typing import IO, TYPE_CHECKING, Any, cast, final
 import attrs
 import trio
 
-from ._bundle import is_cancellation
 from ._caller import bundle_of_caller
+from ._topology import is_cancellation
 from ._util import check_signal, first_leaf, signal_name
 
 if TYPE_CHECKING:

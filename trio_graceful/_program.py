@@ -38,13 +38,14 @@ from typing import Final, Literal, final
 
 import trio
 
-from ._bundle import Bundle, open_bundle
+from ._bundle import Bundle
 from ._cancellation import log_as_news
 from ._escalation import Escalation, Observer, Step
 from ._exitcodes import Ending, exit_status
 from ._gcdeferral import GcHold
 from ._lifecycle import Event, Lifecycle
 from ._mainrun import MainRun
+from ._openbundle import open_bundle
 from ._probes import Probes
 from ._runoptions import RunOptions
 from ._services import ServiceStack

@@ -32,8 +32,9 @@ from typing import Any, cast
 import attrs
 import trio
 
-from .._bundle import Bundle, open_bundle
+from .._bundle import Bundle
 from .._inbox import InboxReceiver
+from .._openbundle import open_bundle
 from .._threads import ThreadBudget
 from .._trace import TraceKind, emit, tracing
 from .._util import check_seconds

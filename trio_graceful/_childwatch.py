@@ -1,0 +1,98 @@
+"""What a bundle hears of its children as they start and end.
+
+The two levels (``_topology``) tell their owner of each child's start, of
+its readiness under `Bundle.start` and of its end, but only while someone
+listens: a trace hook, a cancellation, or a child that left a note. A
+`ChildWatch` is that listener for one bundle: it traces the starts and the
+ends, hands each end to the bundle's cancellation (which may then be
+finished), and keeps what the live children said about themselves
+(``_childnotes``), forgotten as each one ends.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from ._cancellation import outcome_of
+from ._childnotes import ChildNotes
+from ._paths import task_path
+from ._report import ChildOutcome
+from ._topology import ChildEvents, TwoLevelNursery
+from ._trace import TraceKind, emit, tracing
+
+if TYPE_CHECKING:
+    from ._bundle import Bundle
+
+
+@final
+class ChildWatch:
+    """The listener of one bundle's children (see the module docstring).
+
+    Args:
+        bundle: The bundle: the paths of the trace events, and its
+            cancellation (read at each end: a child's end is on the path
+            of every shutdown, so no call is added to it).
+        levels: Its two levels, which tell how a child ended.
+    """
+
+    __slots__ = ("_bundle", "_levels", "_notes")
+
+    def __init__(self, bundle: Bundle, levels: TwoLevelNursery) -> None:
+        self._bundle = bundle
+        self._levels = levels
+        self._notes: ChildNotes | None = None
+
+    def events(self) -> ChildEvents:
+        """The callbacks to give the two levels."""
+        return ChildEvents(
+            self._started, self._started, self._ended, self._start_failed
+        )
+
+    def notes(self) -> ChildNotes:
+        """The notes of the live children, kept from now on."""
+        if self._notes is None:
+            self._notes = ChildNotes()
+        return self._notes
+
+    def _started(self, task: trio.lowlevel.Task) -> None:
+        """Trace a child as it first runs, or as it reports itself ready."""
+        if tracing.active:
+            bundle = self._bundle
+            emit(TraceKind.CHILD_STARTED, bundle.path, task_path(task, bundle))
+
+    def _ended(self, task: trio.lowlevel.Task, exc: BaseException | None) -> None:
+        """Record and trace a child's end."""
+        cancellation = self._bundle._cancellation  # pyright: ignore[reportPrivateUsage]
+        if cancellation is None and not tracing.active:
+            self._forget(task)
+            return
+        outcome = outcome_of(exc, self._levels)
+        if tracing.active:
+            bundle = self._bundle
+            emit(
+                TraceKind.CHILD_ENDED,
+                bundle.path,
+                task_path(task, bundle),
+                outcome=outcome,
+                detail=repr(exc) if outcome is ChildOutcome.RAISED else None,
+            )
+        abandoned, notes = self._forget(task)
+        if cancellation is not None and cancellation.child_ended(
+            task, exc, outcome, abandoned, notes
+        ):
+            self._bundle._cancel_finished()  # pyright: ignore[reportPrivateUsage]
+
+    def _start_failed(self, task: trio.lowlevel.Task) -> None:
+        """Forget a child that ended before it was ready: it was never ours."""
+        self._forget(task)
+        cancellation = self._bundle._cancellation  # pyright: ignore[reportPrivateUsage]
+        if cancellation is not None and cancellation.finish_if_done():
+            self._bundle._cancel_finished()  # pyright: ignore[reportPrivateUsage]
+
+    def _forget(
+        self, task: trio.lowlevel.Task
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        # (abandoned, notes) of the child that ended
+        return ((), ()) if self._notes is None else self._notes.forget(task)
