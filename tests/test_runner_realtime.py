@@ -129,9 +129,10 @@ EXIT_AT_ONCE = textwrap.dedent(
 )
 
 
-def test_second_signal_exit_ends_the_process_without_unwinding(tmp_path):
+def start_ready(tmp_path: Path, source: str) -> subprocess.Popen[bytes]:
+    """Start a program that prints "ready"; return it once it has."""
     script = tmp_path / "program.py"
-    script.write_text(EXIT_AT_ONCE)
+    script.write_text(source)
     process = subprocess.Popen(
         [sys.executable, str(script)],
         stdin=subprocess.DEVNULL,
@@ -140,6 +141,11 @@ def test_second_signal_exit_ends_the_process_without_unwinding(tmp_path):
     )
     assert process.stdout is not None
     assert process.stdout.readline() == b"ready\n"
+    return process
+
+
+def test_second_signal_exit_ends_the_process_without_unwinding(tmp_path):
+    process = start_ready(tmp_path, EXIT_AT_ONCE)
     process.send_signal(signal.SIGTERM)
     # The second signal only once the first was handled: when both are
     # pending together, CPython runs their handlers in the order of their
@@ -180,16 +186,7 @@ DELAYED = textwrap.dedent(
 def test_the_watchdog_allows_the_drain_delay_too(tmp_path):
     # Without the delay in its deadline, the watchdog would end the process
     # 1.5 s after the signal, in the middle of the 2 s delay.
-    script = tmp_path / "program.py"
-    script.write_text(DELAYED)
-    process = subprocess.Popen(
-        [sys.executable, str(script)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline() == b"ready\n"
+    process = start_ready(tmp_path, DELAYED)
     signalled_at = time.monotonic()
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=60)
