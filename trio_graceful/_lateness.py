@@ -6,8 +6,9 @@ time is a poor measure of that: a thread that waits for a CPU a whole second
 has not been given a second. `Lateness` counts
 
 * the thread's own CPU time while it can run (state ``R`` in
-  ``/proc/self/task/<tid>/stat``): a thread in a loop uses its allowance, a
-  thread waiting for a CPU does not;
+  ``/proc/self/task/<tid>/stat``) or waits for the disk (``D``): a thread in
+  a loop uses its allowance, a thread waiting for a CPU, or reading a module
+  from a disk that other processes keep busy, does not;
 * wall time while it cannot run (blocked in a call that does not return):
   that is the stuck thread the allowance is for.
 
@@ -65,6 +66,7 @@ class Lateness:
             return None
 
     def _can_run(self) -> bool:
+        """Whether the thread runs, waits for a CPU, or waits for the disk."""
         try:
             with open(self._stat, "rb") as stat:
                 fields = stat.read()
@@ -72,4 +74,4 @@ class Lateness:
             return False
         # The state follows the command name, which may hold spaces and ")".
         state = fields[fields.rindex(b")") + 2 :][:1]
-        return state == b"R"
+        return state in (b"R", b"D")

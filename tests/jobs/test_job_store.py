@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,30 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"^store file '.*notes.txt' is not a usable"):
         open_store(f"sqlite:///{path}")
     assert path.read_bytes() == b"this is not a database, " * 100
+
+
+def test_opening_waits_while_another_process_writes_to_a_new_file(
+    tmp_path: Path,
+) -> None:
+    # A file that another process has just created and writes to, not yet in
+    # WAL mode: changing the mode does not wait for the lock as statements
+    # do, so the store waits for it itself.
+    path = tmp_path / "jobs.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE other (a)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO other VALUES (1)")
+    release = threading.Timer(0.2, writer.execute, ("COMMIT",))
+    release.start()
+    try:
+        store = open_store(f"sqlite:///{path}")
+    finally:
+        release.join()
+    store.close()
+    writer.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    db.close()
 
 
 def test_the_file_is_durable_and_shared(tmp_path: Path) -> None:

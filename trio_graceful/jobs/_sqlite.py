@@ -9,10 +9,33 @@ makes a committed transition survive a power cut.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 from ._sql import SCHEMA, SqlQueries, StoreError
+
+# How long opening a store waits for other processes to let go of the file.
+_OPEN_TIMEOUT: Final = 30.0
+
+
+def _retry_while_locked(set_up: Callable[[], object]) -> None:
+    """Run ``set_up`` again while another process holds the file's lock.
+
+    Changing the journal mode does not wait for a lock as statements do
+    (SQLite calls no busy handler there): two processes opening a new store
+    at once, or one opening it while another writes, would fail at once.
+    """
+    deadline = time.monotonic() + _OPEN_TIMEOUT
+    while True:
+        try:
+            set_up()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+        else:
+            return
 
 
 class SQLiteQueries(SqlQueries):
@@ -29,16 +52,22 @@ class SQLiteQueries(SqlQueries):
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"store file {path!r} cannot be opened: {exc}") from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(
-                SCHEMA.format(real="REAL", serial="INTEGER PRIMARY KEY AUTOINCREMENT")
-            )
+            _retry_while_locked(self._set_up)
         except sqlite3.DatabaseError as exc:
             self._db.close()
             raise StoreError(
                 f"store file {path!r} is not a usable SQLite database: {exc}"
             ) from None
+
+    def _set_up(self) -> None:
+        # Only the first opening of a file changes its journal mode.
+        (mode,) = self._db.execute("PRAGMA journal_mode").fetchone()
+        if mode != "wal":
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(
+            SCHEMA.format(real="REAL", serial="INTEGER PRIMARY KEY AUTOINCREMENT")
+        )
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._db.execute(sql, args).fetchall()
