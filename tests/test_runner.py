@@ -154,8 +154,8 @@ def test_a_signal_is_never_a_keyboard_interrupt():
     assert timeline.events == [(0, "computed 4999950000")]
 
 
-def test_grace_runs_out_then_hard_cancel(caplog):
-    timeline = Timeline()
+def signalled_and_deaf(timeline: Timeline) -> Callable[[], Awaitable[None]]:
+    """A main that sends itself SIGTERM, ignores STOP and notes its cancellation."""
 
     async def main() -> None:
         signal.raise_signal(signal.SIGTERM)
@@ -163,6 +163,13 @@ def test_grace_runs_out_then_hard_cancel(caplog):
             await trio.sleep_forever()  # ignores STOP
         finally:
             timeline("main cancelled")
+
+    return main
+
+
+def test_grace_runs_out_then_hard_cancel(caplog):
+    timeline = Timeline()
+    main = signalled_and_deaf(timeline)
 
     assert run(main, grace=7) == 143  # a forced SIGTERM shutdown is no success
     assert timeline.events == [(7, "main cancelled")]
@@ -727,13 +734,20 @@ def test_signal_during_startup_cancels_it_and_rolls_back():
     ]
 
 
-def test_a_service_failing_once_ready_shuts_down_with_1(caplog):
-    timeline = Timeline()
+def failing_service(after: float) -> Any:
+    """A service that is ready at once and raises ``after`` seconds later."""
 
     async def flaky(inbox: object, *, task_status: trio.TaskStatus[None]) -> None:
         task_status.started()
-        await trio.sleep(5)
+        await trio.sleep(after)
         raise OSError("disk gone")
+
+    return flaky
+
+
+def test_a_service_failing_once_ready_shuts_down_with_1(caplog):
+    timeline = Timeline()
+    flaky = failing_service(5)
 
     async def main() -> None:
         runner = current_runner()

@@ -23,7 +23,13 @@ import trio_graceful
 from trio_graceful import STOP, LifecycleState, ProgramStatus, current_runner
 from trio_graceful._budget import WATCHDOG_MARGIN, StopTimes, fit_stop_budget
 
-from .test_runner import Timeline, run, stage_lines
+from .test_runner import (
+    Timeline,
+    failing_service,
+    run,
+    signalled_and_deaf,
+    stage_lines,
+)
 
 S = LifecycleState
 
@@ -81,16 +87,10 @@ def test_a_signal_withdraws_a_ready_program_then_stop_comes_after_the_delay(capl
 
 def test_the_grace_begins_when_the_delay_ends(caplog):
     timeline = Timeline()
-
-    async def main() -> None:
-        signal.raise_signal(signal.SIGTERM)
-        try:
-            await trio.sleep_forever()  # ignores STOP
-        finally:
-            timeline("cancelled")
+    main = signalled_and_deaf(timeline)
 
     assert run(main, drain_delay=2, grace=7) == 143
-    assert timeline.events == [(9, "cancelled")]
+    assert timeline.events == [(9, "main cancelled")]
 
 
 def test_a_second_signal_during_the_delay_forces_at_once(caplog):
@@ -169,15 +169,10 @@ def test_a_degraded_program_is_withdrawn_too():
 def test_a_failure_during_the_delay_shuts_down_at_once(caplog):
     timeline = Timeline()
 
-    async def failing(inbox: object, *, task_status: trio.TaskStatus[None]) -> None:
-        task_status.started()
-        await trio.sleep(1)
-        raise ValueError("boom")
-
     async def main() -> None:
         runner = current_runner()
         _, inbox = runner.root.open_inbox()
-        await runner.start_service(failing)
+        await runner.start_service(failing_service(1))
         runner.request_shutdown()
         assert await inbox.receive() is STOP
         timeline(runner.lifecycle.state.value)
