@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import trio
@@ -24,6 +25,12 @@ def frame_line(fn: Any, offset: int) -> str:
     return f"{code.co_filename}:{code.co_firstlineno + offset} in {code.co_name}"
 
 
+def format_when_suspended(root: trio.lowlevel.Task) -> str:
+    while getattr(root.coro, "cr_running", False):
+        time.sleep(0.001)
+    return format_task_tree(root)
+
+
 async def test_every_task_with_where_it_waits():
     event = trio.Event()
     async with trio.open_nursery() as nursery:
@@ -32,8 +39,9 @@ async def test_every_task_with_where_it_waits():
             bundle.start_soon(waits_on_an_event, event, name="waiter")
             await trio.testing.wait_all_tasks_blocked()
             root = trio.lowlevel.current_task()
-            # From another thread, as the watchdog does.
-            text = await trio.to_thread.run_sync(format_task_tree, root)
+            # From another thread, as the watchdog does, once this task has
+            # suspended (the thread may start before it has).
+            text = await trio.to_thread.run_sync(format_when_suspended, root)
             event.set()
         nursery.cancel_scope.cancel()
     lines = text.splitlines()
