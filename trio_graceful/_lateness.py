@@ -9,8 +9,8 @@ has not been given a second. `Lateness` counts
   ``/proc/self/task/<tid>/stat``) or waits for the disk (``D``): a thread in
   a loop uses its allowance, a thread waiting for a CPU, or reading a module
   from a disk that other processes keep busy, does not;
-* wall time while it cannot run (blocked in a call that does not return):
-  that is the stuck thread the allowance is for.
+* wall time while it cannot run and did not run (blocked in a call that
+  does not return): that is the stuck thread the allowance is for.
 
 Where the thread's CPU clock or its ``/proc`` entry is not available (not
 Linux), every second of wall time counts, as before.
@@ -19,7 +19,10 @@ Linux), every second of wall time counts, as before.
 from __future__ import annotations
 
 import time
-from typing import final
+from typing import Final, final
+
+# CPU seconds in an interval that show the thread ran in it.
+_RAN: Final = 0.0005
 
 
 def _cpu_clock(ident: int) -> int | None:
@@ -50,8 +53,13 @@ class Lateness:
         wall, cpu = time.monotonic(), self._cpu_time()
         if self._last is not None:
             last_wall, last_cpu = self._last
-            if cpu is not None and last_cpu is not None and self._can_run():
-                self.used += max(0.0, cpu - last_cpu)
+            ran = None if cpu is None or last_cpu is None else cpu - last_cpu
+            # A thread that ran at all in the interval, or can run now, is
+            # charged its CPU time. The state alone would mislead: a running
+            # Python thread waits (state S) for the GIL whenever the thread
+            # that reads its state holds it.
+            if ran is not None and (ran > _RAN or self._can_run()):
+                self.used += max(0.0, ran)
             else:
                 self.used += wall - last_wall
         self._last = (wall, cpu)

@@ -262,6 +262,11 @@ class Watchdog:
                         or used >= BUSY_ALLOWANCE
                         or overdue >= STARVED_LIMIT
                     ):
+                        with self._lock:
+                            # The run ended (stop() is joining this thread)
+                            # while the thread waited for its turn.
+                            if self._stopping:
+                                return
                         self.emergency(reason)
                     timeout = min(_BUSY_POLL, BUSY_ALLOWANCE - used)
             readable, _, _ = select.select([self._read_fd], [], [], timeout)
