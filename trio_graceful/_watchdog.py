@@ -241,6 +241,10 @@ class Watchdog:
 
     # -- the thread --------------------------------------------------------------
 
+    def _stop_requested(self) -> bool:
+        with self._lock:
+            return self._stopping
+
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError):
             os.write(self._write_fd, _WAKE)
@@ -262,11 +266,10 @@ class Watchdog:
                         or used >= BUSY_ALLOWANCE
                         or overdue >= STARVED_LIMIT
                     ):
-                        with self._lock:
-                            # The run ended (stop() is joining this thread)
-                            # while the thread waited for its turn.
-                            if self._stopping:
-                                return
+                        # The run may have ended (stop() joins this thread)
+                        # while this thread waited for a CPU.
+                        if self._stop_requested():
+                            return
                         self.emergency(reason)
                     timeout = min(_BUSY_POLL, BUSY_ALLOWANCE - used)
             readable, _, _ = select.select([self._read_fd], [], [], timeout)
