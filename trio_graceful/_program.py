@@ -280,7 +280,7 @@ class Program:
         self.stages.move(Move.WITHDRAW)
         self.delay_ends = trio.current_time() + delay
         self.transition(Event.WITHDRAW, reason)
-        self.watchdog.shutdown_began(delay)
+        self.watchdog.withdrawal_began()
         logger.log(
             logging.WARNING if signum is not None else logging.INFO,
             "%s: not ready; serving %g s more (drain delay), then shutting down (%s)",

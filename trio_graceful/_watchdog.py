@@ -165,15 +165,18 @@ class Watchdog:
         os.close(self._read_fd)
         os.close(self._write_fd)
 
-    def shutdown_began(self, drain_delay: float = 0.0) -> None:
+    def shutdown_began(self) -> None:
         """Exit unless the shutdown ends within the grace plus the unwind budget.
 
         Thread-safe and non-blocking, like `hard_cancel_began`.
-
-        Args:
-            drain_delay: Seconds the program serves on before the grace
-                begins (added to the time allowed).
         """
+        self._allow(0.0)
+
+    def withdrawal_began(self) -> None:
+        """As `shutdown_began`, allowing the drain delay before the grace too."""
+        self._allow(self._drain_delay)
+
+    def _allow(self, drain_delay: float) -> None:
         delay = f"the drain delay of {drain_delay:g} s, " if drain_delay else ""
         self._arm(
             drain_delay + self._grace + self._unwind_budget,
@@ -205,7 +208,7 @@ class Watchdog:
         if step is Step.SHUT_DOWN:
             # The longest the first signal may lead to; the runner arms an
             # earlier deadline if the program, not ready, skips the delay.
-            self.shutdown_began(self._drain_delay)
+            self.withdrawal_began()
         elif step is Step.FORCE:
             self.hard_cancel_began()
         elif step is Step.EXIT_NOW:
