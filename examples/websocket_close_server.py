@@ -40,13 +40,15 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import logging
 import math
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeGuard, cast
 
@@ -98,6 +100,9 @@ def _parse_int(digits: str) -> int:
     return int(digits)
 
 
+_DECODER = json.JSONDecoder(parse_int=_parse_int)
+
+
 def parse_request(text: str) -> tuple[int, int]:
     """Return ``(id, work_ms)``; keys other than those two are ignored.
 
@@ -106,7 +111,7 @@ def parse_request(text: str) -> tuple[int, int]:
             and an integer ``work_ms`` from 0 to `MAX_WORK_MS`.
     """
     try:
-        value = json.loads(text, parse_int=_parse_int)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise InvalidRequest("request is not valid JSON: it nests too deeply") from None
     except InvalidRequest:
@@ -144,27 +149,31 @@ def check_seconds(name: str, value: float) -> float:
     return float(value)
 
 
-@attrs.frozen
-class ServerStatistics:
-    """What a `WorkServer` has done so far, counted once (`WorkServer.statistics`)."""
+def _check_request_grace(value: float) -> float:
+    return check_seconds("request_grace", value)
 
-    connections_accepted: int
-    connections_open: int
-    closed_gracefully: int
+
+@attrs.define
+class ServerStatistics:
+    """What a `WorkServer` has done so far, each thing counted once."""
+
+    connections_accepted: int = 0
+    connections_open: int = 0
+    closed_gracefully: int = 0
     """Connections that ended after a close handshake (either side's CLOSE)."""
-    hard_closed: int
+    hard_closed: int = 0
     """Connections closed without a handshake: a grace ran out, or it broke."""
-    requests_read: int
-    answered: int
+    requests_read: int = 0
+    answered: int = 0
     """Requests whose work was done and answered ``{"id": N}``."""
-    refused: int
+    refused: int = 0
     """Requests answered ``{"id": N, "error": "shutting down"}``."""
-    lost: int
+    lost: int = 0
     """Requests left without a reply because their client closed first, or the
     outer grace closed the connection."""
-    malformed: int
+    malformed: int = 0
     """Messages that were not requests: error replies, CLOSE 1003."""
-    draining_since: float | None
+    draining_since: float | None = None
     """When the shutdown began (Trio time), or None."""
 
     def summary(self) -> str:
@@ -176,64 +185,64 @@ class ServerStatistics:
         )
 
 
-def _check_request_grace(value: float) -> float:
-    return check_seconds("request_grace", value)
+@attrs.define(eq=False)
+class _Requests:
+    """One connection's requests: at most ``limit`` worked on, the rest waiting.
 
+    The work runs in ``nursery``, whose deadline is the cut-off: a request
+    cut off keeps its place here, so that the connection refuses it.
+    """
 
-@attrs.define
-class _Counts:
-    connections_accepted: int = 0
-    connections_open: int = 0
-    closed_gracefully: int = 0
-    hard_closed: int = 0
-    requests_read: int = 0
-    answered: int = 0
-    refused: int = 0
-    lost: int = 0
-    malformed: int = 0
-
-
-@attrs.define
-class _InFlight:
-    """One connection's requests in flight: their deadline, and a wait until none."""
-
+    nursery: trio.Nursery
+    work: Callable[[_Requests, int, int, int], Awaitable[None]]
     limit: int
-    deadline: float = math.inf
-    _scopes: set[trio.CancelScope] = attrs.field(factory=set[trio.CancelScope])
-    _changed: trio.Event = attrs.field(factory=trio.Event)
+    running: dict[int, int] = attrs.field(factory=dict[int, int])
+    """Token -> id of each request being worked on."""
+    waiting: deque[tuple[int, int]] = attrs.field(factory=deque[tuple[int, int]])
+    _tokens: Iterator[int] = attrs.field(factory=itertools.count)
+    _slot_freed: trio.Event | None = None
     _until_idle: trio.CancelScope | None = None
 
     @property
-    def count(self) -> int:
-        return len(self._scopes)
+    def full(self) -> bool:
+        return len(self.running) + len(self.waiting) >= self.limit
 
-    def open_scope(self) -> trio.CancelScope:
-        scope = trio.CancelScope(deadline=self.deadline)
-        self._scopes.add(scope)
-        return scope
+    def add(self, request_id: int, work_ms: int) -> None:
+        if len(self.running) < self.limit:
+            token = next(self._tokens)
+            self.running[token] = request_id
+            self.nursery.start_soon(self.work, self, token, request_id, work_ms)
+        else:
+            self.waiting.append((request_id, work_ms))
 
-    def close_scope(self, scope: trio.CancelScope) -> None:
-        self._scopes.remove(scope)
-        self._changed.set()
-        self._changed = trio.Event()
-        if not self._scopes and self._until_idle is not None:
+    def finish(self, token: int) -> None:
+        del self.running[token]
+        if self.waiting:
+            self.add(*self.waiting.popleft())
+        if self._slot_freed is not None and not self.full:
+            self._slot_freed.set()
+        if not self.running and self._until_idle is not None:
             self._until_idle.cancel()
 
-    def cut_off_at(self, deadline: float) -> None:
-        self.deadline = deadline
-        for scope in self._scopes:
-            scope.deadline = deadline
+    def give_up(self) -> list[int]:
+        """Forget every request still here; return their ids."""
+        ids = [*self.running.values(), *(request_id for request_id, _ in self.waiting)]
+        self.running.clear()
+        self.waiting.clear()
+        return ids
 
     async def wait_for_a_slot(self) -> None:
-        while self.count >= self.limit:
-            await self._changed.wait()
+        while self.full:
+            self._slot_freed = trio.Event()
+            await self._slot_freed.wait()
+        self._slot_freed = None
 
     async def run_until_idle(
         self, receive: Callable[[], Awaitable[list[Message]]]
     ) -> list[Message] | None:
         """Run a cancel-safe ``receive``; None if nothing was, or is, in flight."""
         with trio.CancelScope() as self._until_idle:
-            if self._scopes:
+            if self.running:
                 return await receive()
         return None
 
@@ -253,10 +262,9 @@ class WorkServer:
     echo: bool = attrs.field(default=False, kw_only=True)
     """Echo every message instead of treating it as a request."""
     max_in_flight: int = attrs.field(default=1000, kw_only=True)
-    """Requests a connection works on at once; then it stops reading."""
+    """Requests a connection works on at once; more wait, and it stops reading."""
     _connections: trio_graceful.Bundle | None = attrs.field(default=None, init=False)
-    _stats: _Counts = attrs.field(factory=_Counts, init=False)
-    _draining_since: float | None = attrs.field(default=None, init=False)
+    _stats: ServerStatistics = attrs.field(factory=ServerStatistics, init=False)
     _draining: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -266,10 +274,8 @@ class WorkServer:
             )
 
     def statistics(self) -> ServerStatistics:
-        """Return what the server has done so far."""
-        return ServerStatistics(
-            **attrs.asdict(self._stats), draining_since=self._draining_since
-        )
+        """Return a copy of what the server has done so far."""
+        return attrs.evolve(self._stats)
 
     async def wait_draining(self) -> None:
         """Return once the server has stopped accepting."""
@@ -300,7 +306,7 @@ class WorkServer:
                 task_status.started()
                 # Cancelling serve_listeners closes the listeners, nothing else.
                 await inbox.until_stop(serve)
-                self._draining_since = trio.current_time()
+                self._stats.draining_since = trio.current_time()
                 self._draining.set()
                 logger.info(
                     "stopped accepting; closing %d connections",
@@ -308,10 +314,9 @@ class WorkServer:
                 )
                 await connections.shutdown(grace=math.inf)
         finally:
-            if self._draining_since is not None:
-                elapsed = trio.current_time() - self._draining_since
-                summary = self.statistics().summary()
-                logger.info("%s; done in %.3f s", summary, elapsed)
+            if self._stats.draining_since is not None:
+                elapsed = trio.current_time() - self._stats.draining_since
+                logger.info("%s; done in %.3f s", self._stats.summary(), elapsed)
 
     async def _serve_tcp(self, stream: trio.SocketStream) -> None:
         assert self._connections is not None
@@ -334,64 +339,72 @@ class WorkServer:
         stats.connections_accepted += 1
         stats.connections_open += 1
         logger.debug("%s: connected", ws)
+        requests: _Requests | None = None
         graceful = False
         try:
-            # The connection decides when its requests end (_InFlight), so a
-            # plain nursery holds them.
-            async with trio.open_nursery() as requests:
-                try:
-                    code, reason = await self._converse(ws, inbox, requests)
-                    logger.debug("%s: sending CLOSE %d", ws, code)
-                    await ws.aclose(code, reason)
-                except ConnectionClosed as exc:
-                    logger.debug("%s: closed by the client: %s", ws, exc)
-                    requests.cancel_scope.cancel()  # no reply can be sent now
-                graceful = ws.close_code != 1006
+            close: tuple[int, str] | None = GOING_AWAY  # unless _converse returns
+            async with trio.open_nursery() as nursery:
+                requests = _Requests(
+                    nursery, functools.partial(self._work, ws), self.max_in_flight
+                )
+                close = await self._converse(ws, inbox, requests)
+            if close is not None:
+                if nursery.cancel_scope.cancelled_caught:  # the work was cut off
+                    await self._refuse_the_rest(ws, requests)
+                logger.debug("%s: sending CLOSE %d", ws, close[0])
+                await ws.aclose(*close)
+            graceful = ws.close_code != 1006
+        except ConnectionClosed as exc:
+            logger.debug("%s: closed by the client: %s", ws, exc)
+            graceful = exc.code != 1006
         finally:
             stats.connections_open -= 1
             if graceful:
                 stats.closed_gracefully += 1
             else:
                 stats.hard_closed += 1
+            if requests is not None:  # left without a reply
+                stats.lost += len(requests.give_up())
 
     async def _converse(
         self,
         ws: WebSocket,
         inbox: trio_graceful.InboxReceiver[object],
-        requests: trio.Nursery,
-    ) -> tuple[int, str]:
-        """Read and answer until the server decides to close; return its CLOSE."""
-        in_flight = _InFlight(self.max_in_flight)
+        requests: _Requests,
+    ) -> tuple[int, str] | None:
+        """Read and answer until the server decides to close; return its CLOSE.
+
+        Returns None if the client closed first. A message read is handled
+        at once, with no checkpoint (`_take`), so no cancellation can lose it.
+        """
         close: tuple[int, str] | None = None
-        while True:
-            received: list[Message] | StopType | None
-            if close is None:
-                # Idle points, which STOP ends: a cancelled receive has read
-                # nothing. At max_in_flight, a slot first (backpressure).
-                if in_flight.count >= in_flight.limit:
-                    received = await inbox.until_stop(in_flight.wait_for_a_slot)
+        refuse = False
+        try:
+            while True:
+                received: list[Message] | StopType | None
+                if close is None:
+                    # Idle points, which STOP ends: a cancelled receive has
+                    # read nothing. With max_in_flight requests, a slot first.
+                    wait = requests.wait_for_a_slot if requests.full else ws.receive
+                    received = await inbox.until_stop(wait)
+                    if received is STOP:
+                        close, refuse = GOING_AWAY, self.reject_during_drain
+                        requests.nursery.cancel_scope.deadline = self._work_deadline()
+                        continue
                 else:
-                    received = await inbox.until_stop(ws.receive)
-                if received is STOP:
-                    close = GOING_AWAY
-                    in_flight.cut_off_at(self._work_deadline())
-                    continue
-            else:
-                received = await in_flight.run_until_idle(ws.receive)
-                if received is None:  # nothing in flight
-                    if not ws.readable_now():
-                        return close  # and nothing unread: CLOSE now
-                    received = await ws.receive()
-            refuse = self.reject_during_drain and close is GOING_AWAY
-            for message in received or ():
-                if self.echo:
-                    await ws.send(message)
-                elif isinstance(message, bytes):
-                    self._stats.malformed += 1
-                    close = close or UNSUPPORTED
-                else:
-                    await self._take(ws, message, requests, in_flight, refuse)
-            await ws.flush()  # PONGs
+                    received = await requests.run_until_idle(ws.receive)
+                    if received is None:  # nothing in flight
+                        if not ws.readable_now():
+                            return close  # and nothing unread: CLOSE now
+                        received = await ws.receive()
+                for message in received or ():
+                    if not self._take(ws, message, requests, refuse):
+                        close = close or UNSUPPORTED
+                await ws.flush()  # replies, PONGs
+        except ConnectionClosed as exc:
+            logger.debug("%s: closed by the client: %s", ws, exc)
+            requests.nursery.cancel_scope.cancel()  # no reply can be sent now
+            return None
 
     def _work_deadline(self) -> float:
         # The outer grace wins; its last tenth is kept for refusals and CLOSEs.
@@ -399,66 +412,65 @@ class WorkServer:
         outer = trio.current_effective_deadline()
         return min(now + self.request_grace, outer - (outer - now) / 10)
 
-    async def _take(
-        self,
-        ws: WebSocket,
-        text: str,
-        requests: trio.Nursery,
-        in_flight: _InFlight,
-        refuse: bool,
-    ) -> None:
+    async def _refuse_the_rest(self, ws: WebSocket, requests: _Requests) -> None:
+        """Refuse the requests cut off, waiting, or already sent to us."""
+        for request_id in requests.give_up():
+            self._reply(ws, request_id, refused=True)
+        while ws.readable_now():
+            for message in await ws.receive():
+                self._take(ws, message, requests, refuse=True)
+
+    def _take(
+        self, ws: WebSocket, message: Message, requests: _Requests, refuse: bool
+    ) -> bool:
+        """Handle a message read; return False if it asks for CLOSE 1003."""
+        if self.echo:
+            ws.send_nowait(message)
+            return True
+        if isinstance(message, bytes):
+            self._stats.malformed += 1
+            return False
         try:
-            request_id, work_ms = parse_request(text)
+            request_id, work_ms = parse_request(message)
         except InvalidRequest as exc:
             self._stats.malformed += 1
             logger.info("%s: %s", ws, exc)
-            await ws.send(_error(exc.request_id, str(exc)))
-            return
+            ws.send_nowait(_error(exc.request_id, str(exc)))
+            return True
         self._stats.requests_read += 1
-        logger.debug("%s: received request %d (%d ms)", ws, request_id, work_ms)
-        if refuse or trio.current_time() >= in_flight.deadline:
-            if not await self._reply(ws, request_id, refused=True):
-                self._stats.lost += 1
-            return
-        await in_flight.wait_for_a_slot()
-        scope = in_flight.open_scope()  # in flight from now: no CLOSE yet
-        requests.start_soon(self._work, ws, request_id, work_ms, in_flight, scope)
+        if refuse:
+            self._reply(ws, request_id, refused=True)
+        else:
+            requests.add(request_id, work_ms)
+        return True
 
     async def _work(
         self,
         ws: WebSocket,
+        requests: _Requests,
+        token: int,
         request_id: int,
         work_ms: int,
-        in_flight: _InFlight,
-        work: trio.CancelScope,
     ) -> None:
-        replied = False
-        try:
-            with work:  # its deadline is set when the shutdown begins
-                await trio.sleep(work_ms / 1000)  # the simulated work
-            replied = await self._reply(ws, request_id, refused=work.cancelled_caught)
-        finally:
-            in_flight.close_scope(work)
-            if not replied:  # the client closed first, or the outer grace ran out
-                self._stats.lost += 1
+        await trio.sleep(work_ms / 1000)  # the simulated work
+        self._reply(ws, request_id, refused=False)
+        requests.finish(token)  # after the reply is queued: it goes before CLOSE
+        await ws.flush(wait=False)
 
-    async def _reply(self, ws: WebSocket, request_id: int, *, refused: bool) -> bool:
-        """Send the answer or the refusal; return False if it could not be sent."""
-        if refused:
-            reply = _error(request_id, "shutting down")
-        else:
-            reply = json.dumps({"id": request_id})
+    def _reply(self, ws: WebSocket, request_id: int, *, refused: bool) -> None:
+        """Queue the answer or the refusal, or count the request as lost."""
         try:
-            await ws.send(reply)
+            if refused:
+                ws.send_nowait(_error(request_id, "shutting down"))
+            else:
+                ws.send_nowait(f'{{"id": {request_id}}}')
         except ConnectionClosed:
-            logger.debug("%s: request %d lost: the client closed first", ws, request_id)
-            return False
-        if refused:
-            self._stats.refused += 1
+            self._stats.lost += 1
         else:
-            self._stats.answered += 1
-        logger.debug("%s: request %d %s", ws, request_id, reply)
-        return True
+            if refused:
+                self._stats.refused += 1
+            else:
+                self._stats.answered += 1
 
 
 def _error(request_id: int | None, message: str) -> str:

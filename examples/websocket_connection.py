@@ -173,8 +173,8 @@ class WebSocket:
         except UnicodeDecodeError:
             self._protocol.fail(1007, "invalid UTF-8 in a text message")
 
-    async def send(self, message: Message) -> None:
-        """Send a text (str) or binary (bytes) message. This is a checkpoint.
+    def send_nowait(self, message: Message) -> None:
+        """Queue a text (str) or binary (bytes) message; `flush` sends it.
 
         Raises:
             ConnectionClosed: if a CLOSE has been sent or received.
@@ -185,6 +185,14 @@ class WebSocket:
             self._protocol.send_text(message.encode())
         else:
             self._protocol.send_binary(message)
+
+    async def send(self, message: Message) -> None:
+        """Send a message: `send_nowait`, then ``flush(wait=False)``. A checkpoint.
+
+        Raises:
+            ConnectionClosed: if a CLOSE has been sent or received.
+        """
+        self.send_nowait(message)
         await self.flush(wait=False)
 
     async def flush(self, *, wait: bool = True) -> None:
