@@ -39,6 +39,21 @@ Message = str | bytes
 """A complete text (str) or binary (bytes) message."""
 
 
+class _ServerProtocol(ServerProtocol):
+    """`ServerProtocol` that takes a CLOSE between the fragments of a message.
+
+    RFC 6455 (section 5.4) lets control frames come between the fragments of
+    a message; ``websockets`` fails the connection (1002) when that control
+    frame is a CLOSE. Here the CLOSE is answered as any other, and the
+    unfinished message ends with the connection.
+    """
+
+    def recv_frame(self, frame: Frame) -> None:
+        if frame.opcode is Opcode.CLOSE:
+            self.current_size = None  # no message in progress any more
+        super().recv_frame(frame)
+
+
 class ConnectionClosed(Exception):
     """The connection is closed, or closing: no message can be sent or received."""
 
@@ -75,7 +90,7 @@ class WebSocket:
         else (it got an HTTP error response) or left. Cancelling it loses
         nothing that matters: no message has been read. This is a checkpoint.
         """
-        protocol = ServerProtocol(max_size=max_message)
+        protocol = _ServerProtocol(max_size=max_message)
         ws = cls(stream, protocol)
         while True:
             data = await ws.read_some()

@@ -392,6 +392,24 @@ async def test_client_close_is_answered_at_once_while_others_are_served(
     assert (stats.answered, stats.lost) == (2, 1)
 
 
+@pytest.mark.parametrize("echo", [False, True])
+async def test_client_close_between_the_fragments_of_a_message_is_answered(
+    loopback_clock, echo
+):
+    # RFC 6455 (section 5.4) lets a control frame come between the fragments
+    # of a message: the CLOSE ends the connection and the unfinished message.
+    async with running_server(echo=echo) as srv, open_wire_client(srv.port) as client:
+        await client.send_frame(TEXT, b'{"id": 1, ', fin=False)
+        await client.send_close(1000, "bye")
+        await client.send_frame(CONTINUATION, b'"work_ms": 0}')  # after it: dropped
+        assert await client.receive_close() == (1000, "bye")
+        await client.receive_eof()
+        await trio.testing.wait_all_tasks_blocked()
+        stats = srv.server.statistics()
+    assert counts(stats) == (1, 0, 0, 0, 0, 0)
+    assert stats.malformed == 0
+
+
 async def test_client_close_during_the_drain_counts_as_graceful(loopback_clock):
     async with draining((1, 3000)) as (srv, client, t0):
         await trio.sleep(1)
