@@ -99,3 +99,16 @@ def test_a_failed_case_is_reported_and_sets_the_exit_status(tmp_path: Path) -> N
     assert f"| 7 close handshake | {sum(close.values())} | {counts} |" in done.stdout
     assert "| 7.1.5 | FAILED | WRONG CODE |" in done.stdout
     assert "7.1.5" in (tmp_path / "autobahn.rst").read_text()
+
+
+def test_without_python_2_7_the_script_says_so_and_exits_77(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": str(tmp_path), "PYENV_ROOT": str(tmp_path)},
+    )
+    assert done.returncode == NO_PYTHON2, done.stderr
+    assert done.stderr == "no Python 2.7 found: give one with --python2\n"
