@@ -402,8 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON")
     args = parser.parse_args(argv)
     if args.render is not None:
-        result = json.loads(args.render.read_text())
-        args.render.with_suffix(".rst").write_text(render(result))
+        result = _render.render_again(args.render, render)
     else:
         python2 = find_python2(args.python2)
         if python2 is not None and not python2.exists():
