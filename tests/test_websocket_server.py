@@ -30,11 +30,14 @@ import trio_graceful
 from .examples_loader import EXAMPLES, load_example
 from .websocket_clients import (
     BINARY,
+    CLOSE,
     CONTINUATION,
     PING,
     TEXT,
     ClientRecord,
     WireClient,
+    client_frame,
+    close_payload,
     open_trio_websocket,
     open_wire_client,
     pipelining_client,
@@ -408,6 +411,38 @@ async def test_client_close_between_the_fragments_of_a_message_is_answered(
         stats = srv.server.statistics()
     assert counts(stats) == (1, 0, 0, 0, 0, 0)
     assert stats.malformed == 0
+
+
+REQUEST_FRAME = client_frame(TEXT, json.dumps({"id": 1, "work_ms": 0}).encode())
+INVALID_UTF8_FRAME = client_frame(TEXT, b"\xff")
+CLOSE_FRAME = client_frame(CLOSE, close_payload(1000))
+
+
+@pytest.mark.parametrize(
+    ("frames", "close", "read"),
+    [
+        # read together with the client's CLOSE: read, and lost
+        ([REQUEST_FRAME, CLOSE_FRAME], (1000, ""), 1),
+        # before a frame that fails the connection: read, and lost
+        (
+            [REQUEST_FRAME, INVALID_UTF8_FRAME],
+            (1007, "invalid UTF-8 in a text message"),
+            1,
+        ),
+        # after a frame that fails it: not taken
+        ([INVALID_UTF8_FRAME, REQUEST_FRAME, CLOSE_FRAME], (1000, ""), 0),
+    ],
+)
+async def test_requests_read_with_the_end_of_a_connection_are_counted(
+    loopback_clock, frames, close, read
+):
+    async with running_server() as srv, open_wire_client(srv.port) as client:
+        await client.stream.send_all(b"".join(frames))  # so that one read has all
+        assert await client.receive_close() == close
+        await client.receive_eof()
+        await trio.testing.wait_all_tasks_blocked()
+        stats = srv.server.statistics()
+    assert counts(stats) == (1, 0, read, 0, 0, read)
 
 
 async def test_client_close_during_the_drain_counts_as_graceful(loopback_clock):
