@@ -262,6 +262,8 @@ class WebSocket:
             self._protocol.send_close(code, reason)
             await self.flush()
         while self._protocol.state is not State.CLOSED:
+            if self._protocol.close_rcvd is not None:  # perhaps before ours
+                return  # the handshake is complete: close TCP now
             data = await self.read_some()
             if data:
                 self._protocol.receive_data(data)
@@ -269,8 +271,6 @@ class WebSocket:
                 self._protocol.receive_eof()
             self._protocol.events_received()  # after our CLOSE: dropped
             await self.flush()
-            if self._protocol.close_rcvd is not None:
-                return  # the handshake is complete: close TCP now
 
     @property
     def close_code(self) -> int:

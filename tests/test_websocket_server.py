@@ -415,34 +415,37 @@ async def test_client_close_between_the_fragments_of_a_message_is_answered(
 
 REQUEST_FRAME = client_frame(TEXT, json.dumps({"id": 1, "work_ms": 0}).encode())
 INVALID_UTF8_FRAME = client_frame(TEXT, b"\xff")
+BINARY_FRAME = client_frame(BINARY, b"\x00")
 CLOSE_FRAME = client_frame(CLOSE, close_payload(1000))
+INVALID_UTF8 = (1007, "invalid UTF-8 in a text message")
 
 
 @pytest.mark.parametrize(
-    ("frames", "close", "read"),
+    ("frames", "close", "read", "malformed"),
     [
         # read together with the client's CLOSE: read, and lost
-        ([REQUEST_FRAME, CLOSE_FRAME], (1000, ""), 1),
+        ([REQUEST_FRAME, CLOSE_FRAME], (1000, ""), 1, 0),
         # before a frame that fails the connection: read, and lost
-        (
-            [REQUEST_FRAME, INVALID_UTF8_FRAME],
-            (1007, "invalid UTF-8 in a text message"),
-            1,
-        ),
+        ([REQUEST_FRAME, INVALID_UTF8_FRAME], INVALID_UTF8, 1, 0),
         # after a frame that fails it: not taken
-        ([INVALID_UTF8_FRAME, REQUEST_FRAME, CLOSE_FRAME], (1000, ""), 0),
+        ([INVALID_UTF8_FRAME, REQUEST_FRAME, CLOSE_FRAME], (1000, ""), 0, 0),
+        # the server decides to close (1003), but the client's CLOSE was first
+        ([BINARY_FRAME, CLOSE_FRAME], (1000, ""), 0, 1),
     ],
 )
-async def test_requests_read_with_the_end_of_a_connection_are_counted(
-    loopback_clock, frames, close, read
+async def test_messages_read_with_the_end_of_a_connection_are_counted(
+    loopback_clock, frames, close, read, malformed
 ):
     async with running_server() as srv, open_wire_client(srv.port) as client:
         await client.stream.send_all(b"".join(frames))  # so that one read has all
         assert await client.receive_close() == close
         await client.receive_eof()
         await trio.testing.wait_all_tasks_blocked()
+        # Over at once on the server's side, though this client stays.
         stats = srv.server.statistics()
+        assert stats.connections_open == 0
     assert counts(stats) == (1, 0, read, 0, 0, read)
+    assert stats.malformed == malformed
 
 
 async def test_client_close_during_the_drain_counts_as_graceful(loopback_clock):
