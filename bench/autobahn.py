@@ -213,15 +213,18 @@ def run_cases(
     }
     (reports / "spec.json").write_text(json.dumps(spec, indent=1))
     with (reports / "wstest.log").open("wb") as log:
-        done = subprocess.run(
-            [python2, wstest, "-m", "fuzzingclient", "-s", "spec.json"],
-            cwd=reports,
-            env=suite_environment(wstest.parent.parent),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=SUITE_TIMEOUT,
-            check=False,
-        )
+        try:
+            done = subprocess.run(
+                [python2, wstest, "-m", "fuzzingclient", "-s", "spec.json"],
+                cwd=reports,
+                env=suite_environment(wstest.parent.parent),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=SUITE_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise SuiteError(f"wstest ran for {SUITE_TIMEOUT:g} s; stopped") from None
     index = reports / "index.json"
     if done.returncode != 0 or not index.exists():
         log_text = (reports / "wstest.log").read_text(errors="replace")
@@ -299,6 +302,9 @@ def run(
     """Install if needed, run the cases; return the results as a JSON-ready dict."""
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     t0 = time.perf_counter()
+    version = python_version(python2)
+    if not version.startswith("2.7."):
+        raise SuiteError(f"the suite runs on Python 2.7, and {python2} is {version}")
     wstest = install_suite(python2, suite_home() if home is None else home)
     load = _common.load_average()
     server, url = start_server(reports / "server.log")
@@ -311,7 +317,7 @@ def run(
     return {
         "title": TITLE,
         "machine": _common.machine(),
-        "python2": python_version(python2),
+        "python2": version,
         "autobahntestsuite": SUITE_VERSION,
         "started": started,
         "load_average": {"start": load, "end": _common.load_average()},
