@@ -8,8 +8,10 @@ again at any time without measuring anything.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from _common import Goal, Table
@@ -65,6 +67,15 @@ def describe_machine(results: dict[str, Any]) -> list[str]:
             + "."
         )
     return lines
+
+
+def render_again(
+    results_json: Path, render: Callable[[dict[str, Any]], str]
+) -> dict[str, Any]:
+    """Write the ``.rst`` next to a results file again; return the results."""
+    results: dict[str, Any] = json.loads(results_json.read_text())
+    results_json.with_suffix(".rst").write_text(render(results))
+    return results
 
 
 # -- Markdown -----------------------------------------------------------------

@@ -362,8 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON")
     args = parser.parse_args(argv)
     if args.render is not None:
-        results = json.loads(args.render.read_text())
-        args.render.with_suffix(".rst").write_text(render(results))
+        results = _render.render_again(args.render, render)
     else:
         try:
             results = run(

@@ -23,7 +23,7 @@ import attrs
 import trio
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
-from websockets.protocol import State
+from websockets.protocol import Event, State
 from websockets.server import ServerProtocol
 
 RECEIVE_SIZE = 65536
@@ -37,6 +37,21 @@ ABNORMAL = 1006
 
 Message = str | bytes
 """A complete text (str) or binary (bytes) message."""
+
+
+class _ServerProtocol(ServerProtocol):
+    """`ServerProtocol` that takes a CLOSE between the fragments of a message.
+
+    RFC 6455 (section 5.4) lets control frames come between the fragments of
+    a message; ``websockets`` fails the connection (1002) when that control
+    frame is a CLOSE. Here the CLOSE is answered as any other, and the
+    unfinished message ends with the connection.
+    """
+
+    def recv_frame(self, frame: Frame) -> None:
+        if frame.opcode is Opcode.CLOSE:
+            self.current_size = None  # no message in progress any more
+        super().recv_frame(frame)
 
 
 class ConnectionClosed(Exception):
@@ -75,19 +90,19 @@ class WebSocket:
         else (it got an HTTP error response) or left. Cancelling it loses
         nothing that matters: no message has been read. This is a checkpoint.
         """
-        protocol = ServerProtocol(max_size=max_message)
+        protocol = _ServerProtocol(max_size=max_message)
         ws = cls(stream, protocol)
         while True:
             data = await ws.read_some()
             if not data:
                 return None
             protocol.receive_data(data)
-            for event in protocol.events_received():
+            events = protocol.events_received()
+            for event in events:
                 if isinstance(event, Request):
                     protocol.send_response(protocol.accept(event))
-                elif isinstance(event, Frame) and protocol.state is State.OPEN:
-                    # frames sent right behind the handshake, in the same read
-                    ws._take(event, ws._early.append)
+            # frames sent right behind the handshake, in the same read
+            ws._take_all(events, ws._early.append)
             await ws.flush()
             if protocol.state is State.OPEN:
                 return ws
@@ -124,11 +139,15 @@ class WebSocket:
             ConnectionClosed: if the client closed (its CLOSE is answered),
                 the connection was lost, or the client broke the protocol (it
                 was failed with the code RFC 6455 asks for: 1002, 1007, 1009).
+                The messages that came before, in the same read, are
+                returned first: this call answers the CLOSE, the next raises.
         """
         if self._early:
             await trio.lowlevel.checkpoint()
             early, self._early = self._early, []
             return early
+        if self._protocol.state is not State.OPEN:  # closed in the last read
+            raise self._closed()
         data = await self.read_some()
         protocol = self._protocol
         if data:
@@ -136,42 +155,54 @@ class WebSocket:
         else:
             protocol.receive_eof()
         messages: list[Message] = []
-        for frame in protocol.events_received():
-            if isinstance(frame, Frame) and protocol.state is State.OPEN:
-                self._take(frame, messages.append)
+        self._take_all(protocol.events_received(), messages.append)
         if protocol.state is not State.OPEN:
             await self.flush()  # the CLOSE in answer
-            raise self._closed()
+            if not messages:
+                raise self._closed()
         return messages
+
+    def _take_all(
+        self, events: list[Event], deliver: Callable[[Message], None]
+    ) -> None:
+        """Assemble the messages of the frames in ``events``, in order.
+
+        Also those before the client's CLOSE or before a frame that broke the
+        protocol: they were read. Invalid UTF-8 fails the connection (1007),
+        and nothing after it is taken.
+        """
+        try:
+            for event in events:
+                if isinstance(event, Frame):
+                    self._take(event, deliver)
+        except UnicodeDecodeError:
+            self._protocol.fail(1007, "invalid UTF-8 in a text message")
 
     def _take(self, frame: Frame, deliver: Callable[[Message], None]) -> None:
         opcode, data = frame.opcode, frame.data
-        try:
-            if opcode is Opcode.TEXT:
-                if frame.fin:  # the common case: a message in one frame
-                    deliver(bytes(data).decode())
-                    return
-                self._text = codecs.getincrementaldecoder("utf-8")()
-            elif opcode is Opcode.BINARY:
-                self._text = None
-                if frame.fin:
-                    deliver(bytes(data))
-                    return
-            elif opcode is not Opcode.CONT:
-                return  # PING, PONG, CLOSE: the protocol answered them
-            if self._text is None:
-                self._binary.append(bytes(data))
-                if frame.fin:
-                    deliver(b"".join(self._binary))
-                    self._binary.clear()
-            else:
-                # Decoded fragment by fragment, to fail invalid UTF-8 early.
-                self._chars.append(self._text.decode(data, frame.fin))
-                if frame.fin:
-                    deliver("".join(self._chars))
-                    self._chars.clear()
-        except UnicodeDecodeError:
-            self._protocol.fail(1007, "invalid UTF-8 in a text message")
+        if opcode is Opcode.TEXT:
+            if frame.fin:  # the common case: a message in one frame
+                deliver(bytes(data).decode())
+                return
+            self._text = codecs.getincrementaldecoder("utf-8")()
+        elif opcode is Opcode.BINARY:
+            self._text = None
+            if frame.fin:
+                deliver(bytes(data))
+                return
+        elif opcode is not Opcode.CONT:
+            return  # PING, PONG, CLOSE: the protocol answered them
+        if self._text is None:
+            self._binary.append(bytes(data))
+            if frame.fin:
+                deliver(b"".join(self._binary))
+                self._binary.clear()
+        else:
+            # Decoded fragment by fragment, to fail invalid UTF-8 early.
+            self._chars.append(self._text.decode(data, frame.fin))
+            if frame.fin:
+                deliver("".join(self._chars))
+                self._chars.clear()
 
     def send_nowait(self, message: Message) -> None:
         """Queue a text (str) or binary (bytes) message; `flush` sends it.
@@ -239,6 +270,8 @@ class WebSocket:
             self._protocol.send_close(code, reason)
             await self.flush()
         while self._protocol.state is not State.CLOSED:
+            if self._protocol.close_rcvd is not None:  # perhaps before ours
+                return  # the handshake is complete: close TCP now
             data = await self.read_some()
             if data:
                 self._protocol.receive_data(data)
@@ -246,8 +279,6 @@ class WebSocket:
                 self._protocol.receive_eof()
             self._protocol.events_received()  # after our CLOSE: dropped
             await self.flush()
-            if self._protocol.close_rcvd is not None:
-                return  # the handshake is complete: close TCP now
 
     @property
     def close_code(self) -> int:

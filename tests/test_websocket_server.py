@@ -30,11 +30,14 @@ import trio_graceful
 from .examples_loader import EXAMPLES, load_example
 from .websocket_clients import (
     BINARY,
+    CLOSE,
     CONTINUATION,
     PING,
     TEXT,
     ClientRecord,
     WireClient,
+    client_frame,
+    close_payload,
     open_trio_websocket,
     open_wire_client,
     pipelining_client,
@@ -390,6 +393,59 @@ async def test_client_close_is_answered_at_once_while_others_are_served(
         stats = srv.server.statistics()
     assert stats.connections_open == 1
     assert (stats.answered, stats.lost) == (2, 1)
+
+
+@pytest.mark.parametrize("echo", [False, True])
+async def test_client_close_between_the_fragments_of_a_message_is_answered(
+    loopback_clock, echo
+):
+    # RFC 6455 (section 5.4) lets a control frame come between the fragments
+    # of a message: the CLOSE ends the connection and the unfinished message.
+    async with running_server(echo=echo) as srv, open_wire_client(srv.port) as client:
+        await client.send_frame(TEXT, b'{"id": 1, ', fin=False)
+        await client.send_close(1000, "bye")
+        await client.send_frame(CONTINUATION, b'"work_ms": 0}')  # after it: dropped
+        assert await client.receive_close() == (1000, "bye")
+        await client.receive_eof()
+        await trio.testing.wait_all_tasks_blocked()
+        stats = srv.server.statistics()
+    assert counts(stats) == (1, 0, 0, 0, 0, 0)
+    assert stats.malformed == 0
+
+
+REQUEST_FRAME = client_frame(TEXT, json.dumps({"id": 1, "work_ms": 0}).encode())
+INVALID_UTF8_FRAME = client_frame(TEXT, b"\xff")
+BINARY_FRAME = client_frame(BINARY, b"\x00")
+CLOSE_FRAME = client_frame(CLOSE, close_payload(1000))
+INVALID_UTF8 = (1007, "invalid UTF-8 in a text message")
+
+
+@pytest.mark.parametrize(
+    ("frames", "close", "read", "malformed"),
+    [
+        # read together with the client's CLOSE: read, and lost
+        ([REQUEST_FRAME, CLOSE_FRAME], (1000, ""), 1, 0),
+        # before a frame that fails the connection: read, and lost
+        ([REQUEST_FRAME, INVALID_UTF8_FRAME], INVALID_UTF8, 1, 0),
+        # after a frame that fails it: not taken
+        ([INVALID_UTF8_FRAME, REQUEST_FRAME, CLOSE_FRAME], (1000, ""), 0, 0),
+        # the server decides to close (1003), but the client's CLOSE was first
+        ([BINARY_FRAME, CLOSE_FRAME], (1000, ""), 0, 1),
+    ],
+)
+async def test_messages_read_with_the_end_of_a_connection_are_counted(
+    loopback_clock, frames, close, read, malformed
+):
+    async with running_server() as srv, open_wire_client(srv.port) as client:
+        await client.stream.send_all(b"".join(frames))  # so that one read has all
+        assert await client.receive_close() == close
+        await client.receive_eof()
+        await trio.testing.wait_all_tasks_blocked()
+        # Over at once on the server's side, though this client stays.
+        stats = srv.server.statistics()
+        assert stats.connections_open == 0
+    assert counts(stats) == (1, 0, read, 0, 0, read)
+    assert stats.malformed == malformed
 
 
 async def test_client_close_during_the_drain_counts_as_graceful(loopback_clock):
