@@ -39,6 +39,7 @@ shows the shutdown with many clients, next to a naive one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import json
@@ -425,7 +426,8 @@ class WorkServer:
     ) -> bool:
         """Handle a message read; return False if it asks for CLOSE 1003."""
         if self.echo:
-            ws.send_nowait(message)
+            with contextlib.suppress(ConnectionClosed):  # read with the CLOSE
+                ws.send_nowait(message)
             return True
         if isinstance(message, bytes):
             self._stats.malformed += 1
@@ -435,9 +437,11 @@ class WorkServer:
         except InvalidRequest as exc:
             self._stats.malformed += 1
             logger.info("%s: %s", ws, exc)
-            ws.send_nowait(_error(exc.request_id, str(exc)))
+            with contextlib.suppress(ConnectionClosed):
+                ws.send_nowait(_error(exc.request_id, str(exc)))
             return True
         self._stats.requests_read += 1
+        logger.debug("%s: received request %d (%d ms)", ws, request_id, work_ms)
         if refuse:
             self._reply(ws, request_id, refused=True)
         else:
