@@ -224,14 +224,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="run jobs until SIGTERM or SIGINT")
     worker.add_argument("--concurrency", type=count, default=4)
-    worker.add_argument("--grace", type=seconds, default=10.0)
     worker.add_argument("--cancel-grace", type=seconds, default=5.0)
     worker.add_argument("--lease", type=positive, default=30.0)
     worker.add_argument("--stale-after", type=seconds, default=60.0)
     worker.add_argument("--worker-id", default=None)
     worker.add_argument("--audit", default=None)
-    worker.add_argument("--drain-delay", type=seconds, default=0.0)
-    worker.add_argument("--health-port", type=int, default=None)
+    trio_graceful.add_run_arguments(worker)  # --grace, --drain-delay, ...
     sub = commands.add_parser("submit", help="queue a job; print its id")
     sub.add_argument("kind", type=kind)
     sub.add_argument("--steps", type=count, default=10)
@@ -255,15 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "worker":
+            options = trio_graceful.run_arguments(args)
             # The program's grace covers the jobs' grace and the hand-backs.
-            return trio_graceful.run(
-                run_worker,
-                args,
-                grace=args.grace + 5,
-                drain_delay=args.drain_delay,
-                health_port=args.health_port,
-                name="jobs worker",
-            )
+            options["grace"] = args.grace + 5
+            return trio_graceful.run(run_worker, args, **options, name="jobs worker")
         store = open_store(args.store)
         try:
             if args.command == "submit":

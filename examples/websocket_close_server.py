@@ -1,39 +1,28 @@
 """A WebSocket server that shuts down gracefully and answers everything it reads.
 
-The protocol: a client sends text messages ``{"id": <int>, "work_ms": <int>}``;
-the server works on each for ``work_ms`` milliseconds and answers
-``{"id": <int>}``. Requests may be pipelined: a connection works on them
-concurrently and answers them as they finish. Whatever is not such a request
-gets an error reply ``{"error": "...", "id": ...}``; a binary message gets
-CLOSE 1003 once the requests in flight are answered. With ``--echo`` the server
-echoes every text and binary message instead (for the Autobahn TestSuite).
+Clients send requests ``{"id": <int>, "work_ms": <int>}``, pipelined; each is
+worked on for ``work_ms`` ms and answered ``{"id": <int>}``
+(``websocket_requests.py``). With ``--echo`` every message is echoed instead.
+On SIGTERM or SIGINT (after ``--drain-delay`` seconds of serving while
+``/readyz`` says it is not ready, if asked):
 
-On SIGTERM or SIGINT it shuts down gracefully (with ``--drain-delay S``, it
-first goes on serving for S seconds while its ``/readyz`` on ``--health-port``
-says it is not ready, so that a load balancer can stop sending it connections):
+1. The listeners close at once: new connections are refused.
+2. Every request read gets a reply with its id, also those read during the
+   shutdown: they are worked on, or, with ``--reject-during-drain``, refused
+   at once with ``{"id": N, "error": "shutting down"}`` so that the client
+   can retry elsewhere. ``--request-grace`` bounds the work; what is cut off
+   is refused the same way.
+3. A connection sends CLOSE 1001 once nothing is in flight or unread, waits
+   for the client's CLOSE and closes TCP. Only frames that come after its
+   CLOSE are dropped, as RFC 6455 allows: the client was told.
+4. ``--grace`` bounds it all; its last tenth is kept for the refusals and
+   close handshakes. A second signal exits at once.
 
-1. It stops accepting at once: the listening sockets are closed.
-2. Every request it reads gets a reply with its id, also those that come
-   in during the shutdown: they are processed (by default), or refused at
-   once with ``{"id": N, "error": "shutting down"}`` (``--reject-during-drain``)
-   so that the client can retry elsewhere. ``--request-grace`` bounds the
-   work; what is still running then is refused the same way.
-3. A connection sends CLOSE 1001 as soon as it has no request in flight, waits
-   for the client's CLOSE and closes TCP. Only frames that arrive after its
-   CLOSE are dropped, as RFC 6455 (section 1.4) allows: the client was told.
-4. ``--grace`` bounds it all: the requests are refused in time for the close
-   handshakes (in the last tenth of the grace), and connections still open
-   at its end are closed at once. A second signal exits at once.
-
-A client that sends CLOSE gets its CLOSE back at once, also during the
-shutdown. Run it::
-
-    python examples/websocket_close_server.py --port 8000
-
-and try ``python -m websockets ws://127.0.0.1:8000/``: send
-``{"id": 1, "work_ms": 5000}`` and press Ctrl+C in the server's terminal. The
-answer arrives, then CLOSE 1001. ``examples/websocket_demo.py`` (or ``--demo``)
-shows the shutdown with many clients, next to a naive one.
+Run ``python examples/websocket_close_server.py --port 8000``, connect with
+``python -m websockets ws://127.0.0.1:8000/``, send
+``{"id": 1, "work_ms": 5000}`` and press Ctrl+C in the server's terminal: the
+answer comes, then CLOSE 1001. ``--demo`` (``websocket_demo.py``) shows it
+with many clients, next to a naive shutdown.
 """
 
 from __future__ import annotations
@@ -41,17 +30,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import itertools
-import json
 import logging
 import math
 import os
 import signal
 import sys
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeGuard, cast
+from typing import cast
 
 import attrs
 import trio
@@ -61,6 +47,15 @@ from websocket_connection import (
     WebSocket,
     accept_websocket,
 )
+from websocket_requests import (
+    InvalidRequest,
+    Requests,
+    ServerStatistics,
+    answer,
+    error_reply,
+    is_int,
+    parse_request,
+)
 
 import trio_graceful
 from trio_graceful import STOP, StopType
@@ -69,76 +64,11 @@ logger = logging.getLogger("websocket_close_server")
 
 GOING_AWAY = (1001, "the server is shutting down")
 UNSUPPORTED = (1003, "this server accepts text messages only")
-MAX_WORK_MS = 3_600_000
-"""The longest work a request may ask for: one hour."""
 MAX_MESSAGE = 2**20
 """The largest message, in bytes, that a request may be (16 MiB with --echo:
 the Autobahn TestSuite sends that much)."""
 HANDSHAKE_TIMEOUT = 10.0
 """Seconds a new TCP connection has to complete the WebSocket opening handshake."""
-
-
-class InvalidRequest(ValueError):
-    """A text message that is not a valid request; it gets an error reply."""
-
-    def __init__(self, message: str, request_id: int | None = None) -> None:
-        super().__init__(message)
-        self.request_id = request_id
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _show(value: object) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _parse_int(digits: str) -> int:
-    if len(digits.lstrip("-")) > 100:
-        raise InvalidRequest("request has a number longer than 100 digits")
-    return int(digits)
-
-
-_DECODER = json.JSONDecoder(parse_int=_parse_int)
-
-
-def parse_request(text: str) -> tuple[int, int]:
-    """Return ``(id, work_ms)``; keys other than those two are ignored.
-
-    Raises:
-        InvalidRequest: if ``text`` is not a JSON object with an integer ``id``
-            and an integer ``work_ms`` from 0 to `MAX_WORK_MS`.
-    """
-    try:
-        value = _DECODER.decode(text)
-    except RecursionError:
-        raise InvalidRequest("request is not valid JSON: it nests too deeply") from None
-    except InvalidRequest:
-        raise
-    except ValueError as exc:
-        raise InvalidRequest(f"request is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest(
-            'request must be a JSON object {"id": <int>, "work_ms": <int>}, '
-            f"not {_show(value)}"
-        )
-    value = cast("dict[str, object]", value)
-    if "id" not in value:
-        raise InvalidRequest("request must have an id")
-    request_id = value["id"]
-    if not _is_int(request_id):
-        raise InvalidRequest(f"id must be an integer, not {_show(request_id)}")
-    work_ms = value.get("work_ms")
-    if work_ms is None:
-        raise InvalidRequest("request must have a work_ms", request_id)
-    if not (_is_int(work_ms) and 0 <= work_ms <= MAX_WORK_MS):
-        raise InvalidRequest(
-            f"work_ms must be an integer from 0 to {MAX_WORK_MS}, not {_show(work_ms)}",
-            request_id,
-        )
-    return request_id, work_ms
 
 
 def check_seconds(name: str, value: float) -> float:
@@ -152,100 +82,6 @@ def check_seconds(name: str, value: float) -> float:
 
 def _check_request_grace(value: float) -> float:
     return check_seconds("request_grace", value)
-
-
-@attrs.define
-class ServerStatistics:
-    """What a `WorkServer` has done so far, each thing counted once."""
-
-    connections_accepted: int = 0
-    connections_open: int = 0
-    closed_gracefully: int = 0
-    """Connections that ended after a close handshake (either side's CLOSE)."""
-    hard_closed: int = 0
-    """Connections closed without a handshake: a grace ran out, or it broke."""
-    requests_read: int = 0
-    answered: int = 0
-    """Requests whose work was done and answered ``{"id": N}``."""
-    refused: int = 0
-    """Requests answered ``{"id": N, "error": "shutting down"}``."""
-    lost: int = 0
-    """Requests left without a reply because their client closed first, or the
-    outer grace closed the connection."""
-    malformed: int = 0
-    """Messages that were not requests: error replies, CLOSE 1003."""
-    draining_since: float | None = None
-    """When the shutdown began (Trio time), or None."""
-
-    def summary(self) -> str:
-        """The one-line log entry of a shutdown."""
-        return (
-            f"shutdown: {self.closed_gracefully} connections closed gracefully, "
-            f"{self.hard_closed} hard-closed; requests read: {self.requests_read} "
-            f"= {self.answered} answered + {self.refused} refused + {self.lost} lost"
-        )
-
-
-@attrs.define(eq=False)
-class _Requests:
-    """One connection's requests: at most ``limit`` worked on, the rest waiting.
-
-    The work runs in ``nursery``, whose deadline is the cut-off: a request
-    cut off keeps its place here, so that the connection refuses it.
-    """
-
-    nursery: trio.Nursery
-    work: Callable[[_Requests, int, int, int], Awaitable[None]]
-    limit: int
-    running: dict[int, int] = attrs.field(factory=dict[int, int])
-    """Token -> id of each request being worked on."""
-    waiting: deque[tuple[int, int]] = attrs.field(factory=deque[tuple[int, int]])
-    _tokens: Iterator[int] = attrs.field(factory=itertools.count)
-    _slot_freed: trio.Event | None = None
-    _until_idle: trio.CancelScope | None = None
-
-    @property
-    def full(self) -> bool:
-        return len(self.running) + len(self.waiting) >= self.limit
-
-    def add(self, request_id: int, work_ms: int) -> None:
-        if len(self.running) < self.limit:
-            token = next(self._tokens)
-            self.running[token] = request_id
-            self.nursery.start_soon(self.work, self, token, request_id, work_ms)
-        else:
-            self.waiting.append((request_id, work_ms))
-
-    def finish(self, token: int) -> None:
-        del self.running[token]
-        if self.waiting:
-            self.add(*self.waiting.popleft())
-        if self._slot_freed is not None and not self.full:
-            self._slot_freed.set()
-        if not self.running and self._until_idle is not None:
-            self._until_idle.cancel()
-
-    def give_up(self) -> list[int]:
-        """Forget every request still here; return their ids."""
-        ids = [*self.running.values(), *(request_id for request_id, _ in self.waiting)]
-        self.running.clear()
-        self.waiting.clear()
-        return ids
-
-    async def wait_for_a_slot(self) -> None:
-        while self.full:
-            self._slot_freed = trio.Event()
-            await self._slot_freed.wait()
-        self._slot_freed = None
-
-    async def run_until_idle(
-        self, receive: Callable[[], Awaitable[list[Message]]]
-    ) -> list[Message] | None:
-        """Run a cancel-safe ``receive``; None if nothing was, or is, in flight."""
-        with trio.CancelScope() as self._until_idle:
-            if self.running:
-                return await receive()
-        return None
 
 
 @attrs.define(eq=False)
@@ -269,7 +105,7 @@ class WorkServer:
     _draining: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
-        if not (_is_int(self.max_in_flight) and self.max_in_flight >= 1):
+        if not (is_int(self.max_in_flight) and self.max_in_flight >= 1):
             raise ValueError(
                 f"max_in_flight must be an integer >= 1, not {self.max_in_flight!r}"
             )
@@ -324,14 +160,14 @@ class WorkServer:
         _, inbox = self._connections.open_inbox()
         max_message = 2**24 if self.echo else MAX_MESSAGE
         accept = functools.partial(accept_websocket, max_message=max_message)
-        async with stream:
-            with inbox:
-                ws: object = None
-                with trio.move_on_after(HANDSHAKE_TIMEOUT):
-                    # The opening handshake is an idle point: STOP ends it.
-                    ws = await inbox.until_stop(accept, stream)
-                if isinstance(ws, WebSocket):
-                    await self._serve_websocket(ws, inbox)
+        # trio.serve_listeners closes the stream when this returns.
+        with inbox:
+            ws: object = None
+            with trio.move_on_after(HANDSHAKE_TIMEOUT):
+                # The opening handshake is an idle point: STOP ends it.
+                ws = await inbox.until_stop(accept, stream)
+            if isinstance(ws, WebSocket):
+                await self._serve_websocket(ws, inbox)
 
     async def _serve_websocket(
         self, ws: WebSocket, inbox: trio_graceful.InboxReceiver[object]
@@ -340,12 +176,12 @@ class WorkServer:
         stats.connections_accepted += 1
         stats.connections_open += 1
         logger.debug("%s: connected", ws)
-        requests: _Requests | None = None
+        requests: Requests | None = None
         graceful = False
         try:
             close: tuple[int, str] | None = GOING_AWAY  # unless _converse returns
             async with trio.open_nursery() as nursery:
-                requests = _Requests(
+                requests = Requests(
                     nursery, functools.partial(self._work, ws), self.max_in_flight
                 )
                 close = await self._converse(ws, inbox, requests)
@@ -371,7 +207,7 @@ class WorkServer:
         self,
         ws: WebSocket,
         inbox: trio_graceful.InboxReceiver[object],
-        requests: _Requests,
+        requests: Requests,
     ) -> tuple[int, str] | None:
         """Read and answer until the server decides to close; return its CLOSE.
 
@@ -413,7 +249,7 @@ class WorkServer:
         outer = trio.current_effective_deadline()
         return min(now + self.request_grace, outer - (outer - now) / 10)
 
-    async def _refuse_the_rest(self, ws: WebSocket, requests: _Requests) -> None:
+    async def _refuse_the_rest(self, ws: WebSocket, requests: Requests) -> None:
         """Refuse the requests cut off, waiting, or already sent to us."""
         for request_id in requests.give_up():
             self._reply(ws, request_id, refused=True)
@@ -422,7 +258,7 @@ class WorkServer:
                 self._take(ws, message, requests, refuse=True)
 
     def _take(
-        self, ws: WebSocket, message: Message, requests: _Requests, refuse: bool
+        self, ws: WebSocket, message: Message, requests: Requests, refuse: bool
     ) -> bool:
         """Handle a message read; return False if it asks for CLOSE 1003."""
         if self.echo:
@@ -438,7 +274,7 @@ class WorkServer:
             self._stats.malformed += 1
             logger.info("%s: %s", ws, exc)
             with contextlib.suppress(ConnectionClosed):
-                ws.send_nowait(_error(exc.request_id, str(exc)))
+                ws.send_nowait(error_reply(exc.request_id, str(exc)))
             return True
         self._stats.requests_read += 1
         logger.debug("%s: received request %d (%d ms)", ws, request_id, work_ms)
@@ -451,7 +287,7 @@ class WorkServer:
     async def _work(
         self,
         ws: WebSocket,
-        requests: _Requests,
+        requests: Requests,
         token: int,
         request_id: int,
         work_ms: int,
@@ -465,9 +301,9 @@ class WorkServer:
         """Queue the answer or the refusal, or count the request as lost."""
         try:
             if refused:
-                ws.send_nowait(_error(request_id, "shutting down"))
+                ws.send_nowait(error_reply(request_id, "shutting down"))
             else:
-                ws.send_nowait(f'{{"id": {request_id}}}')
+                ws.send_nowait(answer(request_id))
         except ConnectionClosed:
             self._stats.lost += 1
         else:
@@ -475,12 +311,6 @@ class WorkServer:
                 self._stats.refused += 1
             else:
                 self._stats.answered += 1
-
-
-def _error(request_id: int | None, message: str) -> str:
-    if request_id is None:
-        return json.dumps({"error": message})
-    return json.dumps({"id": request_id, "error": message})
 
 
 # -- running it ---------------------------------------------------------------
@@ -518,17 +348,14 @@ async def serve_until_shutdown(
     await server.serve(inbox, listeners, task_status=task_status)
 
 
-def _seconds(name: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            return check_seconds(name, float(text))
-        except ValueError as exc:
-            message = str(exc) if "must be" in str(exc) else None
-            raise argparse.ArgumentTypeError(
-                message or f"{name} must be a number of seconds, not {text!r}"
-            ) from None
-
-    return parse
+def _request_grace(text: str) -> float:
+    try:
+        return check_seconds("request_grace", float(text))
+    except ValueError as exc:
+        message = str(exc) if "must be" in str(exc) else None
+        raise argparse.ArgumentTypeError(
+            message or f"request_grace must be a number of seconds, not {text!r}"
+        ) from None
 
 
 def _port(text: str) -> int:
@@ -546,39 +373,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--host", default="127.0.0.1", help="address (default: %(default)s)")
     add("--port", type=_port, default=8000, help="0 picks one (default: %(default)s)")
     add(
-        "--grace",
-        type=_seconds("grace"),
-        default=10.0,
-        help="seconds the whole shutdown may take (default: %(default)g)",
-    )
-    add(
         "--request-grace",
-        type=_seconds("request_grace"),
+        type=_request_grace,
         default=20.0,
         help="seconds of work the requests get in the shutdown (default: %(default)g)",
     )
     add(
         "--reject-during-drain",
         action="store_true",
-        help="refuse the requests "
-        "read during the shutdown at once instead of processing them",
+        help="refuse the requests read during the shutdown instead of processing them",
     )
-    add(
-        "--drain-delay",
-        type=_seconds("drain_delay"),
-        default=0.0,
-        help="seconds to go on serving, not ready, after the signal (default: 0)",
-    )
-    add(
-        "--stop-budget",
-        type=_seconds("stop_budget"),
-        default=math.inf,
-        help="seconds the orchestrator allows before SIGKILL (default: no limit)",
-    )
-    add("--health-port", type=_port, help="serve /readyz, /livez and /statusz here")
     add("--echo", action="store_true", help="echo every message instead")
     add("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
     add("--demo", action="store_true", help="run examples/websocket_demo.py")
+    trio_graceful.add_run_arguments(parser)  # --grace, --drain-delay, --health-port...
     return parser.parse_args(argv)
 
 
@@ -589,6 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         demo = Path(__file__).with_name("websocket_demo.py")
         os.execv(sys.executable, [sys.executable, str(demo), *argv])
     args = parse_args(argv)
+    if args.health_port is not None and args.health_host is None:
+        args.health_host = args.host  # next to the server, not everywhere
     logging.basicConfig(
         format="%(asctime)s %(name)s %(levelname)s: %(message)s", level=logging.WARNING
     )
@@ -603,11 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.host,
         args.port,
         server,
-        grace=args.grace,
-        drain_delay=args.drain_delay,
-        stop_budget=args.stop_budget,
-        health_port=args.health_port,
-        health_host=None if args.health_port is None else args.host,
+        **trio_graceful.run_arguments(args),
         exit_codes=EXIT_CODES,
         second_signal="exit",  # exiting closes every socket at once
         name="websocket_close_server",

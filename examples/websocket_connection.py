@@ -244,21 +244,26 @@ class WebSocket:
         if not (self._out or self._eof_due):
             return
         lock = self._send_lock
-        if not wait and lock.locked() and len(self._out) < HIGH_WATER:
+        if not lock.locked():
+            lock.acquire_nowait()  # the sending below is the checkpoint
+        elif not wait and len(self._out) < HIGH_WATER:
             await trio.lowlevel.checkpoint()
             return
-        async with lock:
-            try:
-                while self._out:
-                    out = bytes(self._out)
-                    await self.stream.send_all(out)
-                    del self._out[: len(out)]
-                if self._eof_due:
-                    self._eof_due = False
-                    await self.stream.send_eof()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._out.clear()
-                self._protocol.receive_eof()
+        else:
+            await lock.acquire()
+        try:
+            while self._out:
+                out = bytes(self._out)
+                await self.stream.send_all(out)
+                del self._out[: len(out)]
+            if self._eof_due:
+                self._eof_due = False
+                await self.stream.send_eof()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._out.clear()
+            self._protocol.receive_eof()
+        finally:
+            lock.release()
 
     async def aclose(self, code: int, reason: str) -> None:
         """Send CLOSE, drop what comes before the client's CLOSE, then return.
@@ -278,7 +283,9 @@ class WebSocket:
             else:
                 self._protocol.receive_eof()
             self._protocol.events_received()  # after our CLOSE: dropped
-            await self.flush()
+            if self._protocol.close_rcvd is None:
+                await self.flush()
+            # else the caller's closing of TCP is the half-close asked for
 
     @property
     def close_code(self) -> int:

@@ -13,6 +13,11 @@ from ._admission import (
     BusyError as BusyError,
 )
 from ._aio import AsyncioInbox as AsyncioInbox, run_asyncio as run_asyncio
+from ._arguments import (
+    RunArguments as RunArguments,
+    add_run_arguments as add_run_arguments,
+    run_arguments as run_arguments,
+)
 from ._bundle import Bundle as Bundle
 from ._exitcodes import ExitCodes as ExitCodes
 from ._exports import present_as_package as _present_as_package

@@ -221,14 +221,16 @@ class InboxReceiver(
         if not callable(async_fn):
             raise TypeError(f"async_fn must be an async function, not {async_fn!r}")
         state, me = self._state, self._me
+        checkpointed = False
         while True:
             if me.closed:
                 raise trio.ClosedResourceError
             if state.stop_is_next(me):
-                await trio.lowlevel.checkpoint()
-                if state.stop_is_next(me) and not me.closed:
+                if checkpointed:
                     return self._take_stop()
-                continue
+                await trio.lowlevel.checkpoint()
+                checkpointed = True
+                continue  # look again: the checkpoint let others run
             watchers = state.watchers
             if watchers is None:
                 watchers = state.watchers = {}
@@ -239,8 +241,10 @@ class InboxReceiver(
                 finally:
                     del watchers[scope]
             # Only a watcher cancels the scope, when STOP is next or the
-            # receiver closed; loop to take STOP (or to wait again if another
-            # task sharing this receiver took it first).
+            # receiver closed, and the cancellation was a checkpoint; loop to
+            # take STOP (or to wait again if another task sharing this
+            # receiver took it first).
+            checkpointed = True
 
     def iter_until_stop(self, source: trio.abc.ReceiveChannel[U]) -> AsyncIterator[U]:
         """Iterate over ``source`` until STOP is next here or ``source`` ends.

@@ -327,7 +327,11 @@ def test_status_timeouts_and_staleness(service: Service) -> None:
             ["submit", "steps", "--timeout", "nan"],
             "must be a finite number > 0, not 'nan'",
         ),
-        (["worker", "--grace", "-2"], "must be a finite number >= 0, not '-2'"),
+        (["worker", "--grace", "-2"], "argument --grace: grace must be >= 0, not -2.0"),
+        (
+            ["worker", "--health-port", "http"],
+            "health_port must be a port number in 0..65535, not 'http'",
+        ),
     ],
 )
 def test_bad_arguments_write_nothing(
