@@ -244,26 +244,23 @@ class WebSocket:
         if not (self._out or self._eof_due):
             return
         lock = self._send_lock
-        if not lock.locked():
-            lock.acquire_nowait()  # the sending below is the checkpoint
-        elif not wait and len(self._out) < HIGH_WATER:
+        if not wait and lock.locked() and len(self._out) < HIGH_WATER:
             await trio.lowlevel.checkpoint()
             return
-        else:
-            await lock.acquire()
-        try:
-            while self._out:
-                out = bytes(self._out)
-                await self.stream.send_all(out)
-                del self._out[: len(out)]
-            if self._eof_due:
-                self._eof_due = False
-                await self.stream.send_eof()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._out.clear()
-            self._protocol.receive_eof()
-        finally:
-            lock.release()
+        # Taking the lock is a checkpoint even when it is free: the replies
+        # that other tasks queue meanwhile go out in the same send.
+        async with lock:
+            try:
+                while self._out:
+                    out = bytes(self._out)
+                    await self.stream.send_all(out)
+                    del self._out[: len(out)]
+                if self._eof_due:
+                    self._eof_due = False
+                    await self.stream.send_eof()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._out.clear()
+                self._protocol.receive_eof()
 
     async def aclose(self, code: int, reason: str) -> None:
         """Send CLOSE, drop what comes before the client's CLOSE, then return.

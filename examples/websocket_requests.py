@@ -94,6 +94,7 @@ def answer(request_id: int) -> str:
 
 
 def error_reply(request_id: int | None, message: str) -> str:
+    """An error reply, with the request's id if it had a valid one."""
     if request_id is None:
         return json.dumps({"error": message})
     return json.dumps({"id": request_id, "error": message})
@@ -151,9 +152,11 @@ class Requests:
 
     @property
     def full(self) -> bool:
+        """Whether ``limit`` requests are running or waiting: read no more."""
         return len(self.running) + len(self.waiting) >= self.limit
 
     def add(self, request_id: int, work_ms: int) -> None:
+        """Start ``work`` for a request, or queue it if ``limit`` are running."""
         if len(self.running) < self.limit:
             token = next(self._tokens)
             self.running[token] = request_id
@@ -162,6 +165,7 @@ class Requests:
             self.waiting.append((request_id, work_ms))
 
     def finish(self, token: int) -> None:
+        """Forget a request whose reply is queued; start the next one waiting."""
         del self.running[token]
         if self.waiting:
             self.add(*self.waiting.popleft())

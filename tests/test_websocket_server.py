@@ -294,6 +294,23 @@ async def test_request_grace_refuses_slow_requests_then_closes(loopback_clock):
     assert counts(srv.server.statistics()) == (1, 0, 2, 1, 1, 0)
 
 
+async def test_requests_waiting_for_a_slot_are_refused_at_the_cut_off(
+    loopback_clock,
+):
+    # One slot: request 2 waits behind request 1 when the work is cut off.
+    options = {"request_grace": 2, "max_in_flight": 1}
+    async with draining((1, 5000), (2, 100), **options) as (srv, client, t0):
+        assert [await client.receive_json() for _ in range(2)] == [
+            refusal(1),
+            refusal(2),
+        ]
+        assert trio.current_time() - t0 == 2
+        assert await client.receive_close() == SHUTTING_DOWN
+        await client.send_close(1001)
+        await client.receive_eof()
+    assert counts(srv.server.statistics()) == (1, 0, 2, 0, 2, 0)
+
+
 async def test_outer_grace_wins_and_keeps_a_tenth_for_the_close(loopback_clock):
     async with draining((1, 60_000), request_grace=20) as (srv, client, t0):
         assert await client.receive_json() == refusal(1)
