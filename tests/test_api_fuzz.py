@@ -17,6 +17,7 @@ ever runs.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import signal
@@ -45,6 +46,7 @@ from trio_graceful import (
     Trace,
     TraceEvent,
     TraceKind,
+    add_run_arguments,
     add_trace_hook,
     open_bundle,
     open_health_listeners,
@@ -53,6 +55,7 @@ from trio_graceful import (
     plot_timeline,
     remove_trace_hook,
     run,
+    run_arguments,
     run_asyncio,
     run_in_thread,
     run_process,
@@ -428,6 +431,29 @@ CASES: dict[str, Case] = {
             "health_host": lambda v: v is None,
         }.items()
     },
+    "add_run_arguments/parser": Case(
+        "parser",
+        lambda v, _: add_run_arguments(v),  # type: ignore[arg-type]
+        lambda v: isinstance(v, argparse.ArgumentParser),
+        outside_trio=True,
+    ),
+    **{
+        f"add_run_arguments/{argument}": Case(
+            argument,
+            lambda v, _, argument=argument: add_run_arguments(
+                argparse.ArgumentParser(), **{argument: v}
+            ),
+            is_seconds,
+            outside_trio=True,
+        )
+        for argument in ("grace", "unwind_budget")
+    },
+    "run_arguments/args": Case(
+        "args",
+        lambda v, _: run_arguments(v),  # type: ignore[arg-type]
+        lambda v: False,  # no fuzzed value was parsed by a prepared parser
+        outside_trio=True,
+    ),
     "open_health_listeners/port": Case(
         "port",
         health_listeners_opened(port=None),

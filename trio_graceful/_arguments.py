@@ -72,12 +72,12 @@ def add_run_arguments(
         sys.exit(trio_graceful.run(main, **trio_graceful.run_arguments(args)))
 
     Raises:
-        TypeError: if ``parser`` is not an `argparse.ArgumentParser`.
+        TypeError: if ``parser`` is not an ``argparse.ArgumentParser``.
         ValueError: if ``grace`` or ``unwind_budget`` is not a valid number
             of seconds.
     """
     if not isinstance(parser, argparse.ArgumentParser):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError(f"parser must be an argparse.ArgumentParser, not {parser!r}")
+        raise TypeError(f"parser must be an ArgumentParser, not {parser!r}")
     grace = check_seconds("grace", grace)
     unwind_budget = check_seconds("unwind_budget", unwind_budget)
     group = parser.add_argument_group("shutdown and deployment")
@@ -120,13 +120,25 @@ def add_run_arguments(
     )
 
 
+_NAMES = tuple(RunArguments.__annotations__)
+
+
 def run_arguments(args: argparse.Namespace) -> RunArguments:
     """Return the options that `add_run_arguments` added, for `trio_graceful.run`.
 
     Raises:
-        AttributeError: if ``args`` was not parsed by a parser that
+        TypeError: if ``args`` is not an `argparse.Namespace`.
+        ValueError: if ``args`` was not parsed by a parser that
             `add_run_arguments` prepared.
     """
+    if not isinstance(args, argparse.Namespace):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"args must be an argparse.Namespace, not {args!r}")
+    missing = [name for name in _NAMES if not hasattr(args, name)]
+    if missing:
+        raise ValueError(
+            f"args has no {', '.join(missing)}: parse them with a parser "
+            f"given to add_run_arguments"
+        )
     return RunArguments(
         grace=args.grace,
         unwind_budget=args.unwind_budget,
