@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from types import ModuleType
+from typing import Any
 
 import _render
 
@@ -30,7 +31,11 @@ def argument_parser(doc: str | None) -> argparse.ArgumentParser:
 
 def run_one(benchmark: ModuleType, args: argparse.Namespace) -> None:
     """Run one benchmark script and print its tables and goals in Markdown."""
-    result = benchmark.run(quick=args.quick, gc_enabled=not args.no_gc)
+    print_report(benchmark, benchmark.run(quick=args.quick, gc_enabled=not args.no_gc))
+
+
+def print_report(benchmark: ModuleType, result: Any) -> None:
+    """Print the tables and goals of a benchmark's results in Markdown."""
     for table in benchmark.tables(result):
         print(_render.markdown_table(table))
     print(_render.markdown_table(_render.goals_table(benchmark.goals(result))))
