@@ -63,12 +63,14 @@ class Server(NamedTuple):
     options: tuple[str, ...] = ()
 
 
+GRACE = 5.0  # the example's --grace
+
 SERVERS = {
     "trio_graceful": Server(
         "trio_graceful (examples/websocket_close_server.py)",
         ROOT / "examples" / "websocket_close_server.py",
         r"shutdown: .* done in ([0-9.]+) s",
-        ("--grace", "5"),
+        ("--grace", f"{GRACE:g}"),
     ),
     "websockets": Server(
         "websockets asyncio server, server.close()",
@@ -90,7 +92,6 @@ QUICK = {"connections": 50, "repetitions": 1}
 # The scale case, measured after the first unless a case is chosen.
 SCALE = {"connections": 5_000, "repetitions": 3}
 QUICK_SCALE = {"connections": 100, "repetitions": 1}
-GRACE = 5.0  # the example's --grace
 
 CONNECT_AT_ONCE = 100  # clients opening their connection at the same time
 TIMEOUT = 120.0  # a bound against hangs, far above any expected time
@@ -301,8 +302,7 @@ def run(
 
 def cases(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The cases measured: the first, then the scale case if there is one."""
-    scale = result.get("scale")  # absent from results of older versions
-    return [result] if scale is None else [result, scale]
+    return [result] if result["scale"] is None else [result, result["scale"]]
 
 
 def _ms(seconds: float) -> str:
@@ -379,18 +379,17 @@ def goals(result: dict[str, Any]) -> list[_common.Goal]:
                 met=clean and ours["exit_statuses"] == [0],
             )
         )
-        if "grace_s" in result:  # absent from results of older versions
-            slowest = ours["all_closed_s"]["max"]
-            found.append(
-                _common.Goal(
-                    item=f"{item}: well within --grace {result['grace_s']:g}, "
-                    "signal to all clients closed, slowest run",
-                    target=f"< {_common.fmt_seconds(result['grace_s'] / 2)} "
-                    "(half the grace)",
-                    measured=_common.fmt_seconds(slowest),
-                    met=slowest < result["grace_s"] / 2,
-                )
+        slowest = ours["all_closed_s"]["max"]
+        found.append(
+            _common.Goal(
+                item=f"{item}: well within --grace {result['grace_s']:g}, "
+                "signal to all clients closed, slowest run",
+                target=f"< {_common.fmt_seconds(result['grace_s'] / 2)} "
+                "(half the grace)",
+                measured=_common.fmt_seconds(slowest),
+                met=slowest < result["grace_s"] / 2,
             )
+        )
         ratio = case["ratios_of_trio_graceful_to"]["websockets"]
         found.append(
             _common.Goal(
