@@ -9,7 +9,10 @@ from typing import Any
 import _render
 
 
-def argument_parser(doc: str | None) -> argparse.ArgumentParser:
+def argument_parser(
+    doc: str | None, *, gc_option: bool = True
+) -> argparse.ArgumentParser:
+    """A parser with --quick, and --no-gc unless the script cannot honour it."""
     parser = argparse.ArgumentParser(
         description=(doc or "").split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -20,6 +23,8 @@ def argument_parser(doc: str | None) -> argparse.ArgumentParser:
         help="small sizes and few repetitions: checks that the scripts work, "
         "in seconds; the numbers mean little",
     )
+    if not gc_option:  # the script measures other processes
+        return parser
     parser.add_argument(
         "--no-gc",
         action="store_true",

@@ -24,7 +24,6 @@ for all of them.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -259,16 +258,7 @@ def goals(result: dict[str, Any]) -> list[_common.Goal]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK['connections']} connections, one run of {QUICK['seconds']:g} s "
-        "per server: checks that it works, in seconds",
-    )
+    parser = _cli.argument_parser(__doc__, gc_option=False)
     parser.add_argument(
         "--seconds",
         type=float,
