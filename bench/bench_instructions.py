@@ -40,7 +40,7 @@ import trio.testing
 
 import trio_graceful
 
-TITLE = "7. Instructions per scenario (callgrind)"
+TITLE = "8. Instructions per scenario (callgrind)"
 
 FULL = {
     "scenarios": (
@@ -198,7 +198,7 @@ def goals(result: dict[str, Any]) -> list[_common.Goal]:
         return []
     return [
         _common.Goal(
-            item=f"7. instructions, {_scenario_name(row)}",
+            item=f"8. instructions, {_scenario_name(row)}",
             target=f"<= {_common.fmt_ratio(GOALS[row['kind']])}",
             measured=_common.fmt_ratio(_ratio(row)),
             met=_ratio(row) <= GOALS[row["kind"]],

@@ -16,23 +16,28 @@ Servers, all speaking the example's protocol:
 * ``trio_websocket``: bench/trio_websocket_reference_server.py;
 * ``websockets``: bench/websockets_reference_server.py, the asyncio server.
 
-    python bench/bench_websocket_throughput.py [--seconds 3] [--repetitions 3]
+Run ``python bench/bench_websocket_throughput.py [--quick] [--seconds S]
+[--repetitions R] [--connections N]`` for this benchmark alone (it prints its
+tables and goals, then the results as JSON), or ``python bench/run_all.py``
+for all of them.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import re
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _cli
+import _common
+from bench_websocket_drain import ServerProcess
 from websockets.asyncio.client import ClientConnection, connect
+
+TITLE = "7. WebSocket throughput: requests of no work, kept in flight"
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = {
@@ -41,13 +46,31 @@ SERVERS = {
     "trio_websocket": ROOT / "bench" / "trio_websocket_reference_server.py",
     "websockets": ROOT / "bench" / "websockets_reference_server.py",
 }
-CONNECTIONS = 100
+LABELS = {
+    "example": "trio_graceful (examples/websocket_close_server.py)",
+    "sansio": "the same connection code in plain Trio nurseries",
+    "trio_websocket": "trio-websocket, no trio_graceful",
+    "websockets": "websockets asyncio server",
+}
+# (ours, theirs): each ratio is ours / theirs, from the same repetition.
+PAIRS = (
+    ("example", "sansio"),
+    ("example", "websockets"),
+    ("trio_websocket", "websockets"),
+    ("sansio", "websockets"),
+)
+MEASURES = ("requests_per_s", "server_cpu_us_per_request")
+
+FULL = {"seconds": 3.0, "repetitions": 3, "connections": 100, "warm_up_s": 0.5}
+QUICK = {"seconds": 0.5, "repetitions": 1, "connections": 20, "warm_up_s": 0.2}
 WINDOW = 8  # requests in flight per connection
-WARMUP = 0.5
+GOAL_ADDED = 1.05  # server CPU per request, example / sansio
+GOAL_WEBSOCKETS = 1.0  # server CPU per request, example / websockets
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc/PID/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
 
@@ -66,7 +89,10 @@ async def pipeline(
         next_id += 1
 
 
-async def measure_once(kind: str, seconds: float) -> dict[str, float]:
+async def measure_once(
+    kind: str, *, seconds: float, connections: int, warm_up_s: float
+) -> dict[str, float]:
+    """Start a server, keep requests in flight, count replies and server CPU."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         str(SERVERS[kind]),
@@ -74,15 +100,14 @@ async def measure_once(kind: str, seconds: float) -> dict[str, float]:
         "0",
         stderr=asyncio.subprocess.PIPE,
     )
+    server = ServerProcess(process)
     try:
-        assert process.stderr is not None
-        line = (await process.stderr.readline()).decode()
-        url = re.search(r"listening on (ws://\S+)", line).group(1)  # type: ignore[union-attr]
-        clients = [await connect(url, ping_interval=None) for _ in range(CONNECTIONS)]
+        url = (await server.wait_for(r"listening on (ws://\S+)")).group(1)
+        clients = [await connect(url, ping_interval=None) for _ in range(connections)]
         counter = [0]
         stop = asyncio.Event()
         tasks = [asyncio.ensure_future(pipeline(ws, counter, stop)) for ws in clients]
-        await asyncio.sleep(WARMUP)
+        await asyncio.sleep(warm_up_s)
         replies0, cpu0, t0 = counter[0], cpu_seconds(process.pid), time.perf_counter()
         await asyncio.sleep(seconds)
         replies = counter[0] - replies0
@@ -95,63 +120,168 @@ async def measure_once(kind: str, seconds: float) -> dict[str, float]:
     finally:
         process.kill()
         await process.wait()
+    if replies == 0:
+        raise RuntimeError(f"the {kind} server sent no reply in {seconds:g} s")
     return {
         "requests_per_s": replies / elapsed,
         "server_cpu_us_per_request": cpu / replies * 1e6,
     }
 
 
-async def measure(seconds: float, repetitions: int) -> dict[str, Any]:
-    kinds = list(SERVERS)
-    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
-    for repetition in range(repetitions):
-        start = repetition % len(kinds)
-        for kind in kinds[start:] + kinds[:start]:
-            runs[kind].append(await measure_once(kind, seconds))
-    result: dict[str, Any] = {"servers": {}, "ratios": {}}
-    for kind, samples in runs.items():
-        result["servers"][kind] = {
-            key: statistics.median(s[key] for s in samples) for key in samples[0]
-        }
-    for ours, base in [
-        ("example", "sansio"),
-        ("example", "websockets"),
-        ("trio_websocket", "websockets"),
-        ("sansio", "websockets"),
-    ]:
-        result["ratios"][f"{ours}/{base}"] = {
-            "cpu_per_request": statistics.median(
-                a["server_cpu_us_per_request"] / b["server_cpu_us_per_request"]
-                for a, b in zip(runs[ours], runs[base], strict=True)
-            ),
-            "requests_per_s": statistics.median(
-                a["requests_per_s"] / b["requests_per_s"]
-                for a, b in zip(runs[ours], runs[base], strict=True)
-            ),
-        }
-    return result
+async def measure(
+    *, seconds: float, repetitions: int, connections: int, warm_up_s: float
+) -> dict[str, list[dict[str, float]]]:
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in SERVERS}
+    for _, kind in _common.schedule(list(SERVERS), repetitions):
+        runs[kind].append(
+            await measure_once(
+                kind, seconds=seconds, connections=connections, warm_up_s=warm_up_s
+            )
+        )
+    return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--repetitions", type=int, default=3)
-    args = parser.parse_args()
-    result = asyncio.run(measure(args.seconds, args.repetitions))
-    print(
-        f"{CONNECTIONS} connections x {WINDOW} requests in flight, "
-        f"medians of {args.repetitions} runs of {args.seconds:g} s"
+def run(
+    *,
+    quick: bool = False,
+    seconds: float | None = None,
+    repetitions: int | None = None,
+    connections: int | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark; return its results as a JSON-ready dict."""
+    settings = QUICK if quick else FULL
+    seconds = settings["seconds"] if seconds is None else seconds
+    repetitions = settings["repetitions"] if repetitions is None else repetitions
+    connections = settings["connections"] if connections is None else connections
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0, not {seconds}")
+    if repetitions < 1:
+        raise ValueError(f"repetitions must be >= 1, not {repetitions}")
+    if connections < 1:
+        raise ValueError(f"connections must be >= 1, not {connections}")
+    runs = asyncio.run(
+        measure(
+            seconds=seconds,
+            repetitions=repetitions,
+            connections=connections,
+            warm_up_s=settings["warm_up_s"],
+        )
     )
-    for kind, server in result["servers"].items():
-        print(
-            f"  {kind:15} {server['requests_per_s']:9,.0f} requests/s  "
-            f"{server['server_cpu_us_per_request']:6.1f} us server CPU per request"
+    return {
+        "title": TITLE,
+        "seconds": seconds,
+        "repetitions": repetitions,
+        "connections": connections,
+        "in_flight_per_connection": WINDOW,
+        "warm_up_s": settings["warm_up_s"],
+        "servers": {
+            kind: {
+                "label": LABELS[kind],
+                **{
+                    key: _common.summarize([sample[key] for sample in samples])
+                    for key in MEASURES
+                },
+            }
+            for kind, samples in runs.items()
+        },
+        # The median of the ratios taken within each repetition.
+        "ratios": {
+            f"{ours}/{theirs}": {
+                key: _common.paired_ratio(
+                    [sample[key] for sample in runs[ours]],
+                    [sample[key] for sample in runs[theirs]],
+                )
+                for key in MEASURES
+            }
+            for ours, theirs in PAIRS
+        },
+    }
+
+
+def tables(result: dict[str, Any]) -> list[_common.Table]:
+    rows = [
+        [
+            f"{kind}: {server['label']}",
+            f"{server['requests_per_s']['median']:,.0f}",
+            f"{server['server_cpu_us_per_request']['median']:.1f} µs",
+        ]
+        for kind, server in result["servers"].items()
+    ]
+    rows += [
+        [
+            f"ratio {pair} (median of paired runs)",
+            _common.fmt_ratio(ratio["requests_per_s"]),
+            _common.fmt_ratio(ratio["server_cpu_us_per_request"]),
+        ]
+        for pair, ratio in result["ratios"].items()
+    ]
+    runs = _common.plural(result["repetitions"], "run")
+    return [
+        _common.Table(
+            title=f"{TITLE} ({result['connections']:,} connections)",
+            columns=["server", "requests/s", "server CPU per request"],
+            rows=rows,
+            notes=[
+                f"Medians of {runs} of {result['seconds']:g} s per server, "
+                f"after {result['warm_up_s']:g} s of warm-up; "
+                f"{result['in_flight_per_connection']} requests in flight "
+                "per connection.",
+                "The clients run in this process, on the same machine: requests/s "
+                "depends on them too; the server's CPU time per request "
+                "(user + system) is its own cost.",
+            ],
         )
-    for name, ratio in result["ratios"].items():
-        print(
-            f"  {name:28} CPU/request {ratio['cpu_per_request']:.2f}x  "
-            f"requests/s {ratio['requests_per_s']:.2f}x"
-        )
+    ]
+
+
+def goals(result: dict[str, Any]) -> list[_common.Goal]:
+    """What trio_graceful adds per request, and the example against websockets."""
+    added = result["ratios"]["example/sansio"]
+    versus = result["ratios"]["example/websockets"]
+    item = f"7. WebSocket throughput, {result['connections']:,} connections"
+    return [
+        _common.Goal(
+            item=f"{item}: what trio_graceful adds per request",
+            target=f"server CPU per request ≤ {GOAL_ADDED:.2f}x "
+            "the same code without it",
+            measured=_common.fmt_ratio(added["server_cpu_us_per_request"]),
+            met=added["server_cpu_us_per_request"] <= GOAL_ADDED,
+        ),
+        _common.Goal(
+            item=f"{item}: the example at least as fast as the websockets server",
+            target=f"server CPU per request ≤ {GOAL_WEBSOCKETS:.2f}x",
+            measured=_common.fmt_ratio(versus["server_cpu_us_per_request"])
+            + f" (requests/s {_common.fmt_ratio(versus['requests_per_s'])})",
+            met=versus["server_cpu_us_per_request"] <= GOAL_WEBSOCKETS,
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _cli.argument_parser(__doc__, gc_option=False)
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        help=f"seconds measured per run (default {FULL['seconds']:g})",
+    )
+    parser.add_argument(
+        "--repetitions",
+        type=int,
+        help=f"runs per server (default {FULL['repetitions']})",
+    )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        help=f"client connections (default {FULL['connections']})",
+    )
+    args = parser.parse_args(argv)
+    result = run(
+        quick=args.quick,
+        seconds=args.seconds,
+        repetitions=args.repetitions,
+        connections=args.connections,
+    )
+    _cli.print_report(sys.modules[__name__], result)
     print(json.dumps(result, indent=1))
 
 

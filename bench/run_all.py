@@ -12,8 +12,9 @@ and partial runs print the report and write files only with --output-dir,
 so that they never replace the full results. ``--render`` makes the two
 reports again from a results file, measuring nothing.
 
-The WebSocket benchmark (bench_websocket_drain.py) runs when its file is
-present and its imports work; otherwise the report says why it is missing.
+The WebSocket benchmarks (bench_websocket_drain.py, bench_websocket_throughput.py)
+start the servers they compare as processes of their own, and need the
+``bench`` extra: ``websockets`` and ``trio-websocket``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ BENCHMARKS = {
     "stop_fanout": "bench_stop_fanout",
     "nested_shutdown": "bench_nested_shutdown",
     "websocket_drain": "bench_websocket_drain",
+    "websocket_throughput": "bench_websocket_throughput",
     "instructions": "bench_instructions",
 }
 

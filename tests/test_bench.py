@@ -31,6 +31,7 @@ BENCHMARKS = [
     "stop_fanout",
     "nested_shutdown",
     "websocket_drain",
+    "websocket_throughput",
     "instructions",
 ]
 
@@ -116,23 +117,80 @@ def test_every_variant_is_measured_against_trio_in_the_same_run(results: dict) -
     ]
 
 
-def test_goals_cover_items_one_to_five(results: dict) -> None:
+def test_goals_cover_items_one_to_seven(results: dict) -> None:
     items = {goal["item"].split(".")[0] for goal in results["goals"]}
-    assert {"1", "2", "3", "4", "5"} <= items
+    assert {"1", "2", "3", "4", "5", "6", "7"} <= items
     for goal in results["goals"]:
         assert isinstance(goal["met"], bool)
 
 
 def test_websocket_drain_is_measured_against_both_peers(results: dict) -> None:
-    servers = results["benchmarks"]["websocket_drain"]["servers"]
-    assert list(servers) == ["trio_graceful", "websockets", "trio_websocket"]
-    for server in servers.values():
-        assert server["clean_closes"] == server["closes_expected"] > 0
-    assert [goal["item"] for goal in results["goals"] if goal["item"][0] == "6"] == [
-        "6. 50 idle WebSocket connections drained",
-        "6. 50 idle WebSocket connections drained: signal to all clients closed, "
-        "vs the websockets server",
+    drain = results["benchmarks"]["websocket_drain"]
+    # the quick run's scale case is 100 connections, after the first case's 50
+    assert (drain["connections"], drain["repetitions"]) == (50, 1)
+    scale = drain["scale"]
+    assert (scale["connections"], scale["repetitions"]) == (100, 1)
+    assert drain["grace_s"] == 5
+    for case in (drain, scale):
+        servers = case["servers"]
+        assert list(servers) == ["trio_graceful", "websockets", "trio_websocket"]
+        for server in servers.values():
+            assert server["clean_closes"] == server["closes_expected"]
+            assert server["closes_expected"] == case["connections"]
+            assert server["all_closed_s"]["max"] > 0
+        assert list(case["ratios_of_trio_graceful_to"]) == [
+            "websockets",
+            "trio_websocket",
+        ]
+    items = [goal["item"] for goal in results["goals"] if goal["item"][0] == "6"]
+    assert items == [
+        f"6. {n} idle WebSocket connections drained{what}"
+        for n in (50, 100)
+        for what in (
+            "",
+            ": well within --grace 5, signal to all clients closed, slowest run",
+            ": signal to all clients closed, vs the websockets server",
+        )
     ]
+
+
+def test_websocket_throughput_pairs_the_example_with_each_peer(
+    results: dict,
+) -> None:
+    throughput = results["benchmarks"]["websocket_throughput"]
+    assert (throughput["connections"], throughput["repetitions"]) == (20, 1)
+    servers = throughput["servers"]
+    assert list(servers) == ["example", "sansio", "trio_websocket", "websockets"]
+    for server in servers.values():
+        assert server["requests_per_s"]["n"] == 1
+        assert server["requests_per_s"]["median"] > 0
+        assert server["server_cpu_us_per_request"]["n"] == 1
+    assert list(throughput["ratios"]) == [
+        "example/sansio",
+        "example/websockets",
+        "trio_websocket/websockets",
+        "sansio/websockets",
+    ]
+    # with one repetition, the paired ratio is the ratio of the two runs
+    ours, theirs = servers["example"], servers["sansio"]
+    assert throughput["ratios"]["example/sansio"]["requests_per_s"] == pytest.approx(
+        ours["requests_per_s"]["median"] / theirs["requests_per_s"]["median"]
+    )
+    goals = [goal for goal in results["goals"] if goal["item"][0] == "7"]
+    assert [(goal["item"], goal["target"]) for goal in goals] == [
+        (
+            "7. WebSocket throughput, 20 connections: what trio_graceful adds "
+            "per request",
+            "server CPU per request ≤ 1.05x the same code without it",
+        ),
+        (
+            "7. WebSocket throughput, 20 connections: the example at least as "
+            "fast as the websockets server",
+            "server CPU per request ≤ 1.00x",
+        ),
+    ]
+    cpu = throughput["ratios"]["example/websockets"]["server_cpu_us_per_request"]
+    assert goals[1]["met"] == (cpu <= 1.0)
 
 
 def test_reports_are_rendered_again_from_the_results_file(
@@ -159,7 +217,8 @@ def test_rst_report_is_valid_restructuredtext(quick_run: Path) -> None:
     )
     tables = [node for node in doctree.findall() if node.tagname == "table"]
     headings = (quick_run / "latest.md").read_text().count("\n### ")
-    assert len(tables) == headings >= 8  # goals, then two for item 1, one each
+    # goals, then two for item 1, one each, and two for item 6 (its scale case)
+    assert len(tables) == headings >= 10
 
 
 def test_unknown_benchmark_name_is_refused() -> None:
@@ -169,3 +228,45 @@ def test_unknown_benchmark_name_is_refused() -> None:
         "run_all.py: error: --only: no benchmark named 'nope'; choose from "
         + ", ".join(BENCHMARKS)
     )
+
+
+def run_script(name: str, *args: str) -> tuple[str, dict]:
+    """Run one benchmark script alone; return its report and its results."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report, _, results = done.stdout.partition("\n{")
+    return report, json.loads("{" + results)
+
+
+def test_websocket_throughput_runs_alone_with_its_own_options() -> None:
+    report, results = run_script(
+        "bench_websocket_throughput.py",
+        *("--seconds", "0.2", "--repetitions", "2", "--connections", "3"),
+    )
+    assert (results["seconds"], results["repetitions"]) == (0.2, 2)
+    assert results["connections"] == 3
+    for server in results["servers"].values():
+        assert server["requests_per_s"]["n"] == 2
+    assert report.startswith(
+        "### 7. WebSocket throughput: requests of no work, kept in flight "
+        "(3 connections)\n"
+    )
+    assert "\n### Goals\n" in report
+
+
+def test_websocket_drain_measures_only_the_case_asked_for() -> None:
+    report, results = run_script(
+        "bench_websocket_drain.py", "--connections", "3", "--repetitions", "2"
+    )
+    assert (results["connections"], results["repetitions"]) == (3, 2)
+    assert results["scale"] is None
+    for server in results["servers"].values():
+        assert server["clean_closes"] == server["closes_expected"] == 6
+    assert report.count("### ") == 2  # one table, then the goals
+    assert "| 6. 3 idle WebSocket connections drained: well within --grace 5" in report
