@@ -127,7 +127,7 @@ def run_arguments(args: argparse.Namespace) -> RunArguments:
     """Return the options that `add_run_arguments` added, for `trio_graceful.run`.
 
     Raises:
-        TypeError: if ``args`` is not an `argparse.Namespace`.
+        TypeError: if ``args`` is not an ``argparse.Namespace``.
         ValueError: if ``args`` was not parsed by a parser that
             `add_run_arguments` prepared.
     """
