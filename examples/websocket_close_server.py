@@ -58,7 +58,7 @@ from websocket_requests import (
 )
 
 import trio_graceful
-from trio_graceful import STOP, StopType
+from trio_graceful import STOP
 
 logger = logging.getLogger("websocket_close_server")
 
@@ -211,37 +211,47 @@ class WorkServer:
     ) -> tuple[int, str] | None:
         """Read and answer until the server decides to close; return its CLOSE.
 
-        Returns None if the client closed first. A message read is handled
-        at once, with no checkpoint (`_take`), so no cancellation can lose it.
+        Returns None if the client closed first.
         """
-        close: tuple[int, str] | None = None
-        refuse = False
         try:
-            while True:
-                received: list[Message] | StopType | None
-                if close is None:
-                    # Idle points, which STOP ends: a cancelled receive has
-                    # read nothing. With max_in_flight requests, a slot first.
-                    wait = requests.wait_for_a_slot if requests.full else ws.receive
-                    received = await inbox.until_stop(wait)
-                    if received is STOP:
-                        close, refuse = GOING_AWAY, self.reject_during_drain
-                        requests.nursery.cancel_scope.deadline = self._work_deadline()
-                        continue
-                else:
-                    received = await requests.run_until_idle(ws.receive)
-                    if received is None:  # nothing in flight
-                        if not ws.readable_now():
-                            return close  # and nothing unread: CLOSE now
-                        received = await ws.receive()
-                for message in received or ():
-                    if not self._take(ws, message, requests, refuse):
-                        close = close or UNSUPPORTED
+            # Serving is an idle point as a whole, which STOP ends: each of
+            # its checkpoints is cancel-safe (see _serve_requests).
+            close = await inbox.until_stop(self._serve_requests, ws, requests)
+            refuse = False
+            if close is STOP:
+                close, refuse = GOING_AWAY, self.reject_during_drain
+                requests.nursery.cancel_scope.deadline = self._work_deadline()
+            while True:  # answer what comes until nothing is in flight or unread
+                received = await requests.run_until_idle(ws.receive)
+                if received is None:  # nothing in flight
+                    if not ws.readable_now():
+                        return close  # and nothing unread: CLOSE now
+                    received = await ws.receive()
+                self._take_all(ws, received, requests, refuse)
                 await ws.flush()  # replies, PONGs
         except ConnectionClosed as exc:
             logger.debug("%s: closed by the client: %s", ws, exc)
             requests.nursery.cancel_scope.cancel()  # no reply can be sent now
             return None
+
+    async def _serve_requests(
+        self, ws: WebSocket, requests: Requests
+    ) -> tuple[int, str]:
+        """Read and take requests until a binary message; return CLOSE 1003.
+
+        Its checkpoints are cancel-safe: a cancelled receive has read
+        nothing, a cancelled flush keeps what it did not send, and what a
+        read brings is taken at once (`_take_all`), with no checkpoint, so a
+        cancellation never falls between reading a request and taking it.
+        """
+        while True:
+            if requests.full:
+                await requests.wait_for_a_slot()  # backpressure: read no more
+            received = await ws.receive()
+            unsupported = self._take_all(ws, received, requests, refuse=False)
+            await ws.flush()  # replies, PONGs
+            if unsupported:
+                return UNSUPPORTED
 
     def _work_deadline(self) -> float:
         # The outer grace wins; its last tenth is kept for refusals and CLOSEs.
@@ -254,8 +264,16 @@ class WorkServer:
         for request_id in requests.give_up():
             self._reply(ws, request_id, refused=True)
         while ws.readable_now():
-            for message in await ws.receive():
-                self._take(ws, message, requests, refuse=True)
+            self._take_all(ws, await ws.receive(), requests, refuse=True)
+
+    def _take_all(
+        self, ws: WebSocket, received: list[Message], requests: Requests, refuse: bool
+    ) -> bool:
+        """Handle the messages of a read; return True if one asks for CLOSE 1003."""
+        unsupported = False
+        for message in received:
+            unsupported |= not self._take(ws, message, requests, refuse)
+        return unsupported
 
     def _take(
         self, ws: WebSocket, message: Message, requests: Requests, refuse: bool

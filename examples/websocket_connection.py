@@ -131,9 +131,10 @@ class WebSocket:
         """Read once; return the complete messages that read brought in.
 
         Often returns several messages, sometimes none (a PING, or a part of
-        a frame). Cancel-safe while the connection is open: its only
-        checkpoint is the read, so a cancelled call has read nothing. Replies
-        of the protocol (PONG) go out with the next `send` or `flush`.
+        a frame). Cancel-safe: a cancelled call has read nothing, or, once
+        the connection is closing, returned nothing. Replies of the protocol
+        (PONG, and CLOSE until the call that raises) go out with the next
+        `send` or `flush`.
 
         Raises:
             ConnectionClosed: if the client closed (its CLOSE is answered),
@@ -146,21 +147,21 @@ class WebSocket:
             await trio.lowlevel.checkpoint()
             early, self._early = self._early, []
             return early
-        if self._protocol.state is not State.OPEN:  # closed in the last read
-            raise self._closed()
-        data = await self.read_some()
         protocol = self._protocol
-        if data:
-            protocol.receive_data(data)
-        else:
-            protocol.receive_eof()
-        messages: list[Message] = []
-        self._take_all(protocol.events_received(), messages.append)
+        if protocol.state is State.OPEN:
+            data = await self.read_some()
+            if data:
+                protocol.receive_data(data)
+            else:
+                protocol.receive_eof()
+            messages: list[Message] = []
+            self._take_all(protocol.events_received(), messages.append)
+            if messages:  # also if it closed: the next call raises
+                return messages
         if protocol.state is not State.OPEN:
             await self.flush()  # the CLOSE in answer
-            if not messages:
-                raise self._closed()
-        return messages
+            raise self._closed()
+        return []
 
     def _take_all(
         self, events: list[Event], deliver: Callable[[Message], None]
@@ -232,9 +233,9 @@ class WebSocket:
         One task sends at a time, all that is queued, until nothing is left.
         With ``wait=False`` a caller whose bytes the sending task will take
         along returns at once (unless `HIGH_WATER` bytes are queued: then it
-        waits its turn, which is the backpressure). What a cancellation stops
-        before it is sent stays queued. A checkpoint only when there is
-        something to send.
+        waits its turn, which is the backpressure). Cancel-safe: what a
+        cancellation stops before it is sent stays queued, to the byte. A
+        checkpoint only when there is something to send.
         """
         for data in self._protocol.data_to_send():
             if data:
@@ -252,13 +253,14 @@ class WebSocket:
         async with lock:
             try:
                 while self._out:
-                    out = bytes(self._out)
-                    await self.stream.send_all(out)
-                    del self._out[: len(out)]
+                    # The socket's own send, not send_all: a cancelled call
+                    # has sent nothing, so what is queued stays exact.
+                    sent = await self.stream.socket.send(self._out)
+                    del self._out[:sent]
                 if self._eof_due:
                     self._eof_due = False
                     await self.stream.send_eof()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                 self._out.clear()
                 self._protocol.receive_eof()
 

@@ -44,6 +44,7 @@ from .websocket_clients import (
 )
 
 example = load_example("websocket_close_server")
+connection = load_example("websocket_connection")
 random_requests = load_example("websocket_clients").random_requests
 SHUTTING_DOWN = (1001, "the server is shutting down")
 
@@ -477,6 +478,39 @@ async def test_client_close_during_the_drain_counts_as_graceful(loopback_clock):
 
 
 # -- echo ---------------------------------------------------------------------
+
+
+async def test_a_cancelled_flush_keeps_exactly_what_it_did_not_send(loopback_clock):
+    # 32 MiB, more than loopback's socket buffers take: the send blocks part way.
+    message = "0123456789abcdef" * 2**21
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    accepted: list[object] = []
+
+    async def accept() -> None:
+        stream = await listeners[0].accept()
+        accepted.append(await connection.accept_websocket(stream, max_message=2**10))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept)
+        async with open_wire_client(listeners[0].socket.getsockname()[1]) as client:
+            await trio.testing.wait_all_tasks_blocked()
+            [ws] = accepted
+            ws.send_nowait(message)
+            with trio.move_on_after(1) as scope:
+                await ws.flush()  # the client reads nothing yet
+            assert scope.cancelled_caught
+            nursery.start_soon(ws.flush)  # the rest, while the client reads
+            received = []
+            while True:
+                event = await client.receive()
+                assert isinstance(event, wsproto.events.TextMessage), event
+                received.append(event.data)
+                if event.message_finished:
+                    break
+            assert "".join(received) == message
+            await ws.stream.aclose()
+    for listener in listeners:
+        await listener.aclose()
 
 
 async def test_echo_mode_echoes_text_binary_and_fragmented_messages(loopback_clock):

@@ -198,7 +198,10 @@ class InboxReceiver(
 
         No message from the source is lost, provided ``async_fn`` is
         *cancel-safe*: when cancelled it either returns its result anyway or
-        raises `trio.Cancelled` having consumed nothing. If it returns a
+        raises `trio.Cancelled` having lost nothing (it consumed nothing, or
+        handled all it consumed). A whole loop can be one idle point when
+        each of its checkpoints is cancel-safe, and what it reads is handled
+        with no checkpoint in between. If it returns a
         result in the same instant STOP arrives, the result wins and STOP
         stays queued for the next call. These are cancel-safe:
         `trio.SocketStream.receive_some`, `trio.SocketListener.accept`,
