@@ -231,8 +231,10 @@ class WebSocket:
         """Send what the protocol has queued; half-close TCP when it says so.
 
         One task sends at a time, all that is queued, until nothing is left.
-        With ``wait=False`` a caller whose bytes the sending task will take
-        along returns at once (unless `HIGH_WATER` bytes are queued: then it
+        With ``wait=True`` it sends at once; with ``wait=False`` (many small
+        senders) it first lets the others queue theirs, to send them
+        together, and a caller whose bytes the sending task will take along
+        returns at once (unless `HIGH_WATER` bytes are queued: then it
         waits its turn, which is the backpressure). Cancel-safe: what a
         cancellation stops before it is sent stays queued, to the byte. A
         checkpoint only when there is something to send.
@@ -245,24 +247,29 @@ class WebSocket:
         if not (self._out or self._eof_due):
             return
         lock = self._send_lock
-        if not wait and lock.locked() and len(self._out) < HIGH_WATER:
+        if wait and not lock.locked():
+            lock.acquire_nowait()  # send now: the sending is the checkpoint
+        elif not wait and lock.locked() and len(self._out) < HIGH_WATER:
             await trio.lowlevel.checkpoint()
             return
-        # Taking the lock is a checkpoint even when it is free: the replies
-        # that other tasks queue meanwhile go out in the same send.
-        async with lock:
-            try:
-                while self._out:
-                    # The socket's own send, not send_all: a cancelled call
-                    # has sent nothing, so what is queued stays exact.
-                    sent = await self.stream.socket.send(self._out)
-                    del self._out[:sent]
-                if self._eof_due:
-                    self._eof_due = False
-                    await self.stream.send_eof()
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-                self._out.clear()
-                self._protocol.receive_eof()
+        else:
+            # A checkpoint even when the lock is free: what other tasks
+            # queue meanwhile goes out in the same send.
+            await lock.acquire()
+        try:
+            while self._out:
+                # The socket's own send, not send_all: a cancelled call has
+                # sent nothing, so what is queued stays exact.
+                sent = await self.stream.socket.send(self._out)
+                del self._out[:sent]
+            if self._eof_due:
+                self._eof_due = False
+                await self.stream.send_eof()
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            self._out.clear()
+            self._protocol.receive_eof()
+        finally:
+            lock.release()
 
     async def aclose(self, code: int, reason: str) -> None:
         """Send CLOSE, drop what comes before the client's CLOSE, then return.
