@@ -272,20 +272,20 @@ class WorkServer:
         """Handle the messages of a read; return True if one asks for CLOSE 1003."""
         unsupported = False
         for message in received:
-            unsupported |= not self._take(ws, message, requests, refuse)
+            unsupported |= self._take(ws, message, requests, refuse)
         return unsupported
 
     def _take(
         self, ws: WebSocket, message: Message, requests: Requests, refuse: bool
     ) -> bool:
-        """Handle a message read; return False if it asks for CLOSE 1003."""
+        """Handle a message read; return True if it asks for CLOSE 1003."""
         if self.echo:
             with contextlib.suppress(ConnectionClosed):  # read with the CLOSE
                 ws.send_nowait(message)
-            return True
+            return False
         if isinstance(message, bytes):
             self._stats.malformed += 1
-            return False
+            return True
         try:
             request_id, work_ms = parse_request(message)
         except InvalidRequest as exc:
@@ -293,14 +293,14 @@ class WorkServer:
             logger.info("%s: %s", ws, exc)
             with contextlib.suppress(ConnectionClosed):
                 ws.send_nowait(error_reply(exc.request_id, str(exc)))
-            return True
+            return False
         self._stats.requests_read += 1
         logger.debug("%s: received request %d (%d ms)", ws, request_id, work_ms)
         if refuse:
             self._reply(ws, request_id, refused=True)
         else:
             requests.add(request_id, work_ms)
-        return True
+        return False
 
     async def _work(
         self,

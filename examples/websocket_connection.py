@@ -141,7 +141,7 @@ class WebSocket:
                 the connection was lost, or the client broke the protocol (it
                 was failed with the code RFC 6455 asks for: 1002, 1007, 1009).
                 The messages that came before, in the same read, are
-                returned first: this call answers the CLOSE, the next raises.
+                returned first, and the next call raises.
         """
         if self._early:
             await trio.lowlevel.checkpoint()
