@@ -32,11 +32,21 @@ def check_positive_int(
 ) -> None:
     """An attrs validator: ``value`` must be an `int` (not a `bool`) of at least 1."""
     del instance
-    name = attribute.alias
+    check_count(attribute.alias, value)
+
+
+def check_count(name: str, value: object) -> int:
+    """Return ``value`` if it is an `int` (not a `bool`) of at least 1.
+
+    Raises:
+        TypeError: if it is not an integer.
+        ValueError: if it is less than 1.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an integer, not {value!r}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, not {value!r}")
+    return value
 
 
 def _check_name(

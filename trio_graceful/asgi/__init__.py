@@ -1,0 +1,23 @@
+"""ASGI apps on Hypercorn's protocols, with a shutdown that loses no request.
+
+`serve_asgi` serves a Starlette, FastAPI, Quart-Trio or any other ASGI app
+with Hypercorn's HTTP/1.1, HTTP/2 and WebSocket protocols and its lifespan
+support, as a service of `trio_graceful.run` or a child of any bundle. At
+STOP it drains: every request already received is answered, the last
+response on each connection says ``Connection: close``, streams and
+WebSockets hear STOP in band (`stop_requested`, `wait_stop`, `until_stop`),
+and what is still running at the cut-off ends its response properly.
+
+Needs the ``asgi`` extra: ``pip install "trio-graceful[asgi]"``.
+"""
+
+from ._admission import admission_gate as admission_gate
+from ._core import AsgiServerStatistics as AsgiServerStatistics
+from ._server import AsgiServer as AsgiServer, serve_asgi as serve_asgi
+from ._stop import (
+    current_stop_flag as current_stop_flag,
+    stop_deadline as stop_deadline,
+    stop_requested as stop_requested,
+    until_stop as until_stop,
+    wait_stop as wait_stop,
+)

@@ -1,0 +1,80 @@
+"""`admission_gate`: an ASGI middleware that answers 503 at once when full.
+
+A group of routes whose work is
+expensive (blocking calls in threads, say) gets a quota; a request beyond it
+is refused at once with ``503 Service Unavailable`` and ``Retry-After``,
+instead of queueing for threads that every route shares. The quota is an
+`AdmissionGate`, so its statistics tell how many were admitted and refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, cast
+
+from .._admission import AdmissionGate, BusyError, check_count
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def admission_gate(
+    app: ASGIApp, gate: AdmissionGate, *, retry_after: int = 1
+) -> ASGIApp:
+    """Wrap ``app`` so that at most ``gate.quota`` of its requests run at once.
+
+    A request (HTTP or WebSocket) that finds the gate full is answered at
+    once: ``503`` with ``Retry-After: retry_after`` and ``Connection:
+    close`` for HTTP, the same as the WebSocket handshake's answer. Admitted
+    requests hold their place until the app returns, and a sync endpoint's
+    thread until it ends (put the gate on `run_sync` too for that). Lifespan
+    messages pass through. Use it on a group of routes, as Starlette's
+    ``Mount("/reports", app=admission_gate(reports, gate))``, or on a whole
+    app.
+
+    Args:
+        app: The ASGI app to guard.
+        gate (AdmissionGate): The quota, shared by every route it guards.
+        retry_after (int): Seconds the client is told to wait (at least 1).
+
+    Returns:
+        The guarded ASGI app.
+
+    Raises:
+        TypeError: if ``app`` is not callable, ``gate`` not an
+            `AdmissionGate` or ``retry_after`` not an integer.
+        ValueError: if ``retry_after`` is less than 1.
+    """
+    if not callable(app):
+        raise TypeError(f"app must be an ASGI app, not {app!r}")
+    if not isinstance(cast("object", gate), AdmissionGate):
+        raise TypeError(f"gate must be an AdmissionGate, not {gate!r}")
+    check_count("retry_after", retry_after)
+    headers = [
+        (b"content-length", b"0"),
+        (b"connection", b"close"),
+        (b"retry-after", str(retry_after).encode()),
+    ]
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await app(scope, receive, send)
+            return
+        try:
+            gate.acquire_nowait()
+        except BusyError:
+            prefix = "" if scope["type"] == "http" else "websocket."
+            await send(
+                {"type": f"{prefix}http.response.start", "status": 503, "headers": headers}
+            )
+            await send({"type": f"{prefix}http.response.body", "body": b""})
+            return
+        try:
+            await app(scope, receive, send)
+        finally:
+            gate.release()
+
+    return guarded
+

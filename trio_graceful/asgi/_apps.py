@@ -1,0 +1,166 @@
+"""The request tasks of one connection: Hypercorn's task group, on a bundle.
+
+Hypercorn's protocols start the app through a *task group*
+(``spawn_app``) and run their helpers through it (``spawn``: HTTP/2's
+sender, WebSocket pings). `AppTasks` is that task group for one connection:
+each request runs as a child of the connection's bundle, named by its method
+and path (``GET /work``), so that the progress lines, the shutdown report,
+traces and the watchdog's dump of a stuck program name it; the helpers run
+in a plain nursery beside it.
+
+At the cut-off the connection cancels the bundle's scope. A request task
+that was cut off then ends what its app left open (`Exchange.finish`)
+before it unwinds: that takes a few writes, so it runs shielded, but never
+past the hard deadline nor for longer than `FINISH_BUDGET`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, cast, final
+
+import h11
+import trio
+from hypercorn.config import Config
+from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
+
+from .._bundle import Bundle
+from ._exchange import Exchange
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+# Seconds a cut-off request may take to end its response (a 503, a
+# terminating chunk, a CLOSE): a client that reads nothing cannot hold the
+# shutdown, nor a second signal, for longer.
+FINISH_BUDGET = 0.25
+
+
+class CutOff(Protocol):
+    """What the request tasks ask their connection and server."""
+
+    @property
+    def cut_off(self) -> bool:
+        """True once the connection's requests have been cut off."""
+
+    @property
+    def hard_deadline(self) -> float:
+        """The server's hard deadline (Trio time); `math.inf` before STOP."""
+
+    def request_cut(self, what: str) -> None:
+        """Count a request that was cut off; ``what`` says how it ended."""
+
+    def abort(self) -> None:
+        """Close the connection without ending the response in progress."""
+
+
+def request_name(scope: Scope) -> str:
+    """Return how a request is named: ``GET /path`` or ``WebSocket /path``."""
+    if scope["type"] == "http":
+        return f"{scope['method']} {scope['path']}"
+    return f"WebSocket {scope['path']}"
+
+
+def _is_app_error(exc: BaseException) -> bool:
+    """Tell whether ``exc``, Cancelled left aside, holds only `Exception` s."""
+    if isinstance(exc, BaseExceptionGroup):
+        group = cast("BaseExceptionGroup[BaseException]", exc)
+        return isinstance(group.split(trio.Cancelled)[1], Exception)
+    return isinstance(exc, Exception)
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        group = cast("BaseExceptionGroup[BaseException]", exc)
+        return group.split(trio.Cancelled)[1] is None
+    return False
+
+
+@final
+class AppTasks:
+    """Hypercorn's task group for one connection (see the module docstring)."""
+
+    def __init__(self, apps: Bundle, helpers: trio.Nursery, owner: CutOff) -> None:
+        self._apps = apps
+        self._helpers = helpers
+        self._owner = owner
+
+    async def spawn_app(
+        self,
+        app: AppWrapper,
+        config: Config,
+        scope: Scope,
+        send: Callable[[ASGISendEvent | None], Awaitable[None]],
+    ) -> Callable[[ASGIReceiveEvent], Awaitable[None]]:
+        """Start the app for one request; return the callable that feeds it."""
+        to_app, from_server = trio.open_memory_channel[ASGIReceiveEvent](
+            config.max_app_queue_size
+        )
+        exchange = Exchange._create(  # pyright: ignore[reportPrivateUsage]
+            scope["type"], send
+        )
+        self._apps.start_soon(
+            self._run,
+            app,
+            config,
+            scope,
+            from_server.receive,
+            exchange,
+            name=request_name(scope),
+        )
+        return to_app.send
+
+    def spawn(self, func: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Run one of the protocol's helpers beside the requests."""
+        self._helpers.start_soon(func, *args)
+
+    async def _run(
+        self,
+        app: AppWrapper,
+        config: Config,
+        scope: Scope,
+        receive: Callable[[], Awaitable[ASGIReceiveEvent]],
+        exchange: Exchange,
+    ) -> None:
+        owner = self._owner
+        if owner.cut_off:
+            # Pipelined behind a request that was cut off: answered, not run.
+            await self._finish(exchange)
+            return
+        try:
+            await app(
+                scope,
+                cast("Any", receive),
+                exchange.send,
+                trio.to_thread.run_sync,
+                trio.from_thread.run,
+            )
+        except BaseException as exc:
+            if _only_cancelled(exc):
+                if owner.cut_off:
+                    await self._finish(exchange)
+                raise
+            if not _is_app_error(exc):
+                raise
+            # As Hypercorn does: logged, and answered with a 500 if nothing
+            # was sent yet.
+            await config.log.exception("Error in ASGI Framework")
+        await exchange.close_stream()
+
+    async def _finish(self, exchange: Exchange) -> None:
+        owner = self._owner
+        deadline = min(owner.hard_deadline, trio.current_time() + FINISH_BUDGET)
+        what = "not ended: the deadline came first"
+        with trio.CancelScope(shield=True, deadline=deadline):
+            try:
+                what = await exchange.finish()
+            except h11.LocalProtocolError:
+                # A Content-Length response cut in the middle of its body:
+                # only closing the connection tells the client.
+                what = "cut in the middle of its body; connection closed"
+                owner.abort()
+            await exchange.close_stream()
+        owner.request_cut(what)

@@ -1,0 +1,315 @@
+"""One TCP connection of the ASGI server: reading, writing, draining, closing.
+
+This stands where Hypercorn's ``TCPServer`` does, and differs from it where
+a drain needs it to:
+
+* **Reading.** Between requests the reader waits with the keep-alive
+  timeout. From STOP on, a connection that is idle, with no request in its
+  buffers nor in its socket, closes at once; one that is busy closes when
+  its last response has gone out (the protocol decides which response that
+  is, `_protocols`).
+* **Writing** goes through the socket's own ``send``, which sends nothing
+  when it is cancelled, and keeps exactly what was not sent: a request task
+  cut off in the middle of a write leaves the stream consistent, so its
+  response can still be ended properly. Nothing is shielded: the hard
+  deadline, and a second signal, stop a write to a client that reads
+  nothing.
+* **Closing** is a FIN, never a reset: everything queued is sent, the write
+  side is shut, and what the client still sends is read and dropped until it
+  closes too (at most `LINGER` seconds), so that the kernel has no unread
+  data that would turn the close into an RST.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import socket
+from typing import cast, final
+
+import trio
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.typing import ConnectionState, TaskGroup
+from hypercorn.utils import parse_socket_addr
+
+from .._bundle import Bundle
+from .._openbundle import open_bundle
+from ._apps import AppTasks
+from ._core import ServerCore
+from ._protocols import ServerProtocol
+
+logger = logging.getLogger("trio_graceful.asgi")
+
+MAX_RECV = 2**16
+# Seconds a closed connection waits for the client's own FIN.
+LINGER = 1.0
+_NOTHING_YET = (errno.EAGAIN, errno.EWOULDBLOCK)
+
+
+@final
+class Connection:
+    """One accepted connection; `serve` runs it to its end."""
+
+    def __init__(
+        self, core: ServerCore, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+    ) -> None:
+        self._core = core
+        self._stream = stream
+        self._tls = isinstance(stream, trio.SSLStream)
+        transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        self._socket = transport.socket
+        self._protocol: ServerProtocol | None = None
+        # Bytes the protocol has written: queued, then the part of the
+        # current send that has not gone out yet.
+        self._queued: list[bytes] = []
+        self._unsent = memoryview(b"")
+        self._send_lock = trio.Lock()
+        self._closing = False
+        self._peer_closed = False
+        self._cut_off = False
+        self._reader = trio.CancelScope()
+        # The reader's current scope, and whether it waits in receive_some.
+        self._wait = trio.CancelScope()
+        self._receiving = False
+        self._keep_alive = float(core.config.keep_alive_timeout)
+        self._apps: Bundle | None = None
+
+    # -- what the protocol and the request tasks ask -------------------------
+
+    @property
+    def draining(self) -> bool:
+        """True once the server got STOP."""
+        return self._core.drain.stopped.is_set()
+
+    @property
+    def cut_off(self) -> bool:
+        """True once this connection's requests have been cut off."""
+        return self._cut_off
+
+    @property
+    def hard_deadline(self) -> float:
+        """The server's hard deadline; `math.inf` before STOP."""
+        return self._core.drain.deadline
+
+    def peek(self) -> bytes:
+        """Return what the socket holds unread (nothing for TLS). Not a checkpoint."""
+        if self._tls:
+            return b""
+        data = self._peek()
+        return b"" if data is None else data
+
+    def request_cut(self, what: str) -> None:
+        """Count a request that was cut off; ``what`` says how it ended."""
+        self._core.request_cut(what)
+
+    @property
+    def requests(self) -> frozenset[trio.lowlevel.Task]:
+        """The tasks of the requests running on this connection."""
+        return frozenset() if self._apps is None else self._apps.child_tasks
+
+    def abort(self) -> None:
+        """Close without ending the response in progress."""
+        self._queued.clear()
+        self._unsent = memoryview(b"")
+        self._begin_close()
+
+    # -- what the server asks --------------------------------------------------
+
+    def stop(self) -> None:
+        """STOP: close if idle, otherwise after the last response. Not a checkpoint."""
+        self._wake()
+
+    def cut(self) -> None:
+        """The cut-off: cancel the running requests, which end their responses."""
+        self._cut_off = True
+        if self._apps is not None:
+            self._apps.cancel_scope.cancel("the server's deadline for requests came")
+
+    # -- running ---------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Serve the connection until it closes. This is a checkpoint.
+
+        Its errors are logged, never raised: one connection does not end
+        the server.
+        """
+        try:
+            if await self._handshake():
+                async with trio.open_nursery() as helpers:
+                    await self._serve(helpers)
+                    helpers.cancel_scope.cancel()  # HTTP/2's sender, pings
+        except Exception:
+            logger.exception("connection %s failed", self._name())
+        finally:
+            await trio.aclose_forcefully(self._stream)
+            self._core.connection_ended(self)
+
+    async def _serve(self, helpers: trio.Nursery) -> None:
+        async with open_bundle(name=self._name()) as apps:
+            self._apps = apps
+            if self._cut_off:
+                self.cut()
+            self._protocol = protocol = self._open_protocol(
+                AppTasks(apps, helpers, self)
+            )
+            await protocol.initiate()
+            if self.draining:
+                await protocol.begin_drain()
+            with self._reader:
+                await self._read()
+            self._closing = True
+            await protocol.handle(Closed())
+            await self._close_transport()
+
+    def _name(self) -> str:
+        try:
+            host, port = self._socket.getpeername()[:2]
+        except OSError:
+            return "connection"
+        return f"{host}:{port}"
+
+    async def _handshake(self) -> bool:
+        stream = self._stream
+        if not isinstance(stream, trio.SSLStream):
+            return True
+        try:
+            with trio.fail_after(self._core.config.ssl_handshake_timeout):
+                await stream.do_handshake()
+        except (trio.BrokenResourceError, trio.TooSlowError):
+            return False
+        return True
+
+    def _open_protocol(self, tasks: AppTasks) -> ServerProtocol:
+        core = self._core
+        sock = self._socket
+        if isinstance(self._stream, trio.SSLStream):
+            alpn = self._stream.selected_alpn_protocol()
+        else:
+            alpn = "http/1.1"
+        return ServerProtocol(
+            core.app,
+            core.config,
+            core.context,
+            # Hypercorn's TaskGroup protocol asks for an async context
+            # manager too, which its protocols never use.
+            cast("TaskGroup", tasks),
+            ConnectionState(core.lifespan_state.copy()),
+            tls=self._tls,
+            client=parse_socket_addr(sock.family, sock.getpeername()),
+            server=parse_socket_addr(sock.family, sock.getsockname()),
+            send=self._on_event,
+            drain=self,
+            alpn_protocol=alpn,
+        )
+
+    async def _read(self) -> None:
+        protocol = self._protocol
+        assert protocol is not None
+        while not self._closing:
+            # One scope for many reads, not one per read: the keep-alive
+            # timeout moves its deadline, and a wake-up cancels it while the
+            # reader is in receive_some, which is cancel-safe.
+            with trio.CancelScope() as wait:
+                self._wait = wait
+                if protocol.idle:
+                    wait.deadline = trio.current_time() + self._keep_alive
+                while not self._closing:
+                    if self.draining and protocol.idle and self._peek() is None:
+                        return  # idle at STOP, with nothing on the way: close
+                    self._receiving = True
+                    data = await self._receive()
+                    self._receiving = False
+                    if not data:
+                        self._peer_closed = True
+                        await protocol.handle(RawData(data=b""))
+                        return
+                    await protocol.handle(RawData(data=data))
+            self._receiving = False
+            if not self.draining and trio.current_time() >= wait.deadline:
+                return  # the keep-alive timeout
+
+    async def _receive(self) -> bytes:
+        try:
+            return bytes(await self._stream.receive_some(MAX_RECV))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return b""  # reset by the client: as good as closed
+
+    def _peek(self) -> bytes | None:
+        """Return the socket's unread bytes (b"" at EOF), or None if there are none."""
+        with socket.fromfd(self._socket.fileno(), self._socket.family, socket.SOCK_STREAM) as dup:
+            try:
+                return dup.recv(MAX_RECV, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except OSError as exc:
+                if exc.errno in _NOTHING_YET:
+                    return None
+                return b""  # reset: the reader will find out
+
+    def _wake(self) -> None:
+        if self._receiving:
+            self._wait.cancel()
+
+    def _begin_close(self) -> None:
+        self._closing = True
+        self._reader.cancel()
+
+    async def _on_event(self, event: Event) -> None:
+        if isinstance(event, RawData):
+            await self._write(event.data)
+        elif isinstance(event, Closed):
+            self._begin_close()
+        elif isinstance(event, Updated):
+            if self.draining:
+                if event.idle:
+                    self._wake()
+            else:
+                self._wait.deadline = (
+                    trio.current_time() + self._keep_alive if event.idle else math.inf
+                )
+
+    # -- writing and closing ---------------------------------------------------------
+
+    async def _write(self, data: bytes) -> None:
+        if self._closing and self._peer_closed:
+            return  # nobody to send it to
+        self._queued.append(data)
+        async with self._send_lock:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Send what is queued; the caller holds the send lock. A checkpoint."""
+        try:
+            if self._tls:
+                while self._queued:
+                    data = b"".join(self._queued)
+                    self._queued.clear()
+                    await self._stream.send_all(data)
+                return
+            send = self._socket.send
+            while True:
+                if not self._unsent:
+                    if not self._queued:
+                        return
+                    self._unsent = memoryview(b"".join(self._queued))
+                    self._queued.clear()
+                # Cancelled, it sends nothing: _unsent stays exact.
+                sent = await send(self._unsent)
+                self._unsent = self._unsent[sent:]
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            self._peer_closed = True
+            self.abort()
+
+    async def _close_transport(self) -> None:
+        """Send what is left, then FIN, then wait a little for the client's FIN."""
+        stream = self._stream
+        try:
+            async with self._send_lock:
+                await self._flush()
+            if self._peer_closed or not isinstance(stream, trio.SocketStream):
+                return
+            await stream.send_eof()
+            with trio.move_on_after(LINGER):
+                while await stream.receive_some(MAX_RECV):
+                    pass
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass

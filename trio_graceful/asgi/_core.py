@@ -1,0 +1,127 @@
+"""What every connection of one ASGI server shares, and its statistics.
+
+`ServerCore` holds the app and Hypercorn's configuration, the worker context
+Hypercorn's protocols consult (its ``terminated`` event is set at STOP, so
+that HTTP/2 refuses new streams), the `_Drain` the app sees, and the live
+connections, which it counts. `AsgiServerStatistics` is its snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+import trio
+from hypercorn.config import Config
+from hypercorn.trio.worker_context import EventWrapper, TrioSingleTask
+from hypercorn.typing import AppWrapper, Event, SingleTask
+
+from ._stop import _Drain
+
+if TYPE_CHECKING:
+    from ._connection import Connection
+
+logger = logging.getLogger("trio_graceful.asgi")
+
+
+@attrs.frozen
+class AsgiServerStatistics:
+    """A snapshot of a server, returned by `AsgiServer.statistics`."""
+
+    connections_open: int
+    """Connections accepted that have not closed yet."""
+
+    connections_total: int
+    """Connections accepted since the server started."""
+
+    requests_running: int
+    """Requests (WebSocket sessions included) whose app has not returned."""
+
+    requests_total: int
+    """Requests received since the server started."""
+
+    requests_cut_off: int
+    """Requests still running at the cut-off, which ended their responses
+    (or were answered 503 without running, if pipelined behind one)."""
+
+    draining: bool
+    """True once the server got STOP."""
+
+
+@final
+class _Context:
+    """Hypercorn's worker context: its protocols read ``terminated``."""
+
+    event_class: type[Event] = EventWrapper
+    single_task_class: type[SingleTask] = TrioSingleTask
+
+    def __init__(self, core: ServerCore) -> None:
+        self._core = core
+        self.terminate = EventWrapper()
+        self.terminated = EventWrapper()
+
+    async def mark_request(self) -> None:
+        # Hypercorn's max_requests (restart a worker after so many) has no
+        # meaning for a service whose supervisor restarts the process.
+        self._core.requests_total += 1
+
+    @staticmethod
+    async def sleep(wait: float) -> None:
+        await trio.sleep(wait)
+
+    @staticmethod
+    def time() -> float:
+        return trio.current_time()
+
+
+@final
+class ServerCore:
+    """The state one server's connections share (see the module docstring)."""
+
+    def __init__(self, app: AppWrapper, config: Config) -> None:
+        self.app = app
+        self.config = config
+        self.context = _Context(self)
+        self.drain = _Drain()
+        self.lifespan_state: dict[str, Any] = {}
+        self.connections: set[Connection] = set()
+        self.connections_total = 0
+        self.requests_total = 0
+        self.requests_cut_off = 0
+        self.all_closed = trio.Event()
+        self.all_closed.set()
+
+    def connection_started(self, connection: Connection) -> None:
+        """Count a connection that was accepted."""
+        self.connections.add(connection)
+        self.connections_total += 1
+        self.all_closed = trio.Event()
+
+    def connection_ended(self, connection: Connection) -> None:
+        """Forget a connection that has closed."""
+        self.connections.discard(connection)
+        if not self.connections:
+            self.all_closed.set()
+
+    def request_cut(self, what: str) -> None:
+        """Count a request that was cut off; ``what`` says how it ended."""
+        self.requests_cut_off += 1
+        logger.debug("request cut off: %s", what)
+
+    def running_requests(self) -> list[str]:
+        """The names of the requests running now (``GET /path``), sorted."""
+        return sorted(
+            task.name for connection in self.connections for task in connection.requests
+        )
+
+    def statistics(self) -> AsgiServerStatistics:
+        """Return an `AsgiServerStatistics` snapshot. Not a checkpoint."""
+        return AsgiServerStatistics(
+            connections_open=len(self.connections),
+            connections_total=self.connections_total,
+            requests_running=sum(len(c.requests) for c in self.connections),
+            requests_total=self.requests_total,
+            requests_cut_off=self.requests_cut_off,
+            draining=self.drain.stopped.is_set(),
+        )

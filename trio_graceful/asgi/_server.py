@@ -1,0 +1,289 @@
+"""`serve_asgi`: an ASGI app on Hypercorn's protocols, stopped by STOP.
+
+The sequence of one server:
+
+1. The app's lifespan starts (Hypercorn's ``Lifespan``); then the server
+   listens and reports ready with its addresses (`AsgiServer`).
+2. It serves until STOP arrives in its inbox. A runner sends STOP after its
+   drain delay, during which the server serves on while the health endpoint
+   already says 503.
+3. At STOP the listeners close, every connection is told (idle ones close at
+   once, busy ones after their last response, HTTP/2 ones get GOAWAY), and
+   so is the app (`stop_requested`, `until_stop`...).
+4. At the cut-off, a little before the hard deadline, what still runs is
+   cut off: each request ends its response, and its connection closes.
+5. When the last connection has closed, the lifespan shuts down, with what is
+   left of the time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, cast, final
+
+import attrs
+import trio
+from hypercorn.config import Config
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.typing import ASGIFramework
+from hypercorn.utils import LifespanFailureError, repr_socket_addr, wrap_app
+
+from .._bundle import Bundle
+from .._inbox import InboxReceiver
+from .._openbundle import open_bundle
+from .._stop import STOP
+from .._util import NoPublicConstructor, check_seconds
+from ._connection import Connection
+from ._core import AsgiServerStatistics, ServerCore
+from ._stop import enter_drain
+
+logger = logging.getLogger("trio_graceful.asgi")
+
+# Seconds between two progress lines while the server drains.
+PROGRESS_INTERVAL = 1.0
+
+
+@final
+class AsgiServer(metaclass=NoPublicConstructor):
+    """A running `serve_asgi` server: what it passes to ``task_status.started``."""
+
+    __slots__ = ("_core", "addresses", "urls")
+
+    def __init__(
+        self,
+        core: ServerCore,
+        urls: tuple[str, ...],
+        addresses: tuple[tuple[str, int], ...],
+    ) -> None:
+        self._core = core
+        self.urls = urls
+        """The URLs the server listens on, like ``http://127.0.0.1:8000``."""
+        self.addresses = addresses
+        """The ``(host, port)`` of each TCP listener, in the order of ``urls``
+        (a port chosen by the system when bound to port 0)."""
+
+    def __repr__(self) -> str:
+        return f"<trio_graceful.asgi.AsgiServer {' '.join(self.urls)}>"
+
+    def running_requests(self) -> list[str]:
+        """Return the requests running now, as ``"GET /path"``, sorted.
+
+        Not a checkpoint.
+        """
+        return self._core.running_requests()
+
+    def statistics(self) -> AsgiServerStatistics:
+        """Return an `AsgiServerStatistics` snapshot. Not a checkpoint."""
+        return self._core.statistics()
+
+
+def _config_for(config: Config | None, bind: str | Sequence[str] | None) -> Config:
+    if config is None:
+        config = Config()
+    elif not isinstance(cast("object", config), Config):
+        raise TypeError(f"config must be a hypercorn.config.Config, not {config!r}")
+    if bind is not None:
+        binds = [bind] if isinstance(bind, str) else list(bind)
+        if not binds or not all(isinstance(b, str) and b for b in binds):
+            raise ValueError(
+                f"bind must be an address like '127.0.0.1:8000' or a list of them, "
+                f"not {bind!r}"
+            )
+        config.bind = binds
+    return config
+
+
+def _cutoff(deadline: float, now: float, reserve: float) -> float:
+    """The cut-off: ``reserve`` before the deadline, or the last tenth of the time left."""
+    return deadline - min(reserve, (deadline - now) / 10)
+
+
+async def serve_asgi(
+    inbox: InboxReceiver[Any],
+    app: object,
+    *,
+    bind: str | Sequence[str] | None = None,
+    config: Config | None = None,
+    reserve: float = 1.0,
+    task_status: trio.TaskStatus[AsgiServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve an ASGI app with Hypercorn's protocols until STOP, then drain.
+
+    Run it as a service of `trio_graceful.run`::
+
+        server = await runner.start_service(serve_asgi, app, bind="0.0.0.0:8000")
+
+    or as a child of any bundle, with an inbox of that bundle
+    (``bundle.start(functools.partial(serve_asgi, inbox, app, bind=...))``).
+    It is ready (``task_status.started``, with the `AsgiServer`) once the
+    app's lifespan has started and the server listens.
+
+    At STOP: the listeners close; idle keep-alive connections close at once
+    (FIN); every request already received is answered, requests pipelined
+    behind it included, and the last response on each HTTP/1.1 connection
+    carries ``Connection: close``; HTTP/2 connections get GOAWAY and their
+    streams finish; the app hears STOP (`stop_requested`, `wait_stop`,
+    `until_stop`). Whatever still runs at the *cut-off* (``reserve`` seconds
+    before the hard deadline, or the last tenth of the time left if that is
+    shorter) is cancelled, and its response ended: a 503 with
+    ``Connection: close`` if it had not started, the terminating chunk of a
+    streamed one, CLOSE 1001 for a WebSocket. When every connection has
+    closed, the lifespan shuts down within the time left. The hard deadline
+    is the one that bounds the calling task, such as the grace of the
+    bundle whose ``shutdown`` sent STOP; without one, nothing is cut off.
+
+    This is a checkpoint.
+
+    Args:
+        inbox (InboxReceiver): Where STOP arrives (a runner's service gets
+            one of its own).
+        app: The ASGI application (or a WSGI one, as Hypercorn detects).
+        bind (str, list of str or None): Where to listen, in Hypercorn's
+            forms (``"127.0.0.1:8000"``, ``"[::1]:0"``, ``"unix:/path"``,
+            ``"fd://3"``); overrides ``config.bind``. None keeps the
+            config's (Hypercorn's default is ``127.0.0.1:8000``).
+        config (hypercorn.config.Config or None): Hypercorn's settings:
+            TLS, keep-alive timeout, HTTP/2 limits, logging... Its
+            ``graceful_timeout`` is not used: the grace of the caller's
+            shutdown decides.
+        reserve (float): Seconds before the hard deadline at which running
+            requests are cut off, for them to end their responses and for
+            the lifespan's shutdown.
+
+    Raises:
+        TypeError: if ``config`` is not a Hypercorn ``Config``.
+        ValueError: if ``bind`` is empty or ``reserve`` negative.
+        OSError: if an address cannot be bound.
+        hypercorn.utils.LifespanFailureError: if the app's lifespan startup
+            failed.
+    """
+    reserve = check_seconds("reserve", reserve)
+    config = _config_for(config, bind)
+    core = ServerCore(wrap_app(cast("ASGIFramework", app), config.wsgi_max_body_size, None), config)
+    lifespan = Lifespan(core.app, config, core.lifespan_state)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        listeners, server = _listen(core, config)
+        enter_drain(core.drain)
+        async with open_bundle(name="connections") as connections:
+            for listener in listeners:
+                connections.start_soon(
+                    _accept, listener, connections, core, name=f"accept {listener!r}"
+                )
+            task_status.started(server)
+            while await inbox.receive() is not STOP:
+                pass  # nothing but STOP is meant for a server
+            await _drain(core, listeners, reserve)
+        try:
+            await lifespan.wait_for_shutdown()
+        except LifespanFailureError:
+            logger.exception("the app's lifespan shutdown failed")
+        nursery.cancel_scope.cancel()
+
+
+def _listen(
+    core: ServerCore, config: Config
+) -> tuple[list[trio.SocketListener | trio.SSLListener[trio.SocketStream]], AsgiServer]:
+    sockets = config.create_sockets()
+    ssl_context = config.create_ssl_context()
+    listeners: list[trio.SocketListener | trio.SSLListener[trio.SocketStream]] = []
+    urls: list[str] = []
+    addresses: list[tuple[str, int]] = []
+    for scheme, group in (("https", sockets.secure_sockets), ("http", sockets.insecure_sockets)):
+        for sock in group:
+            sock.listen(config.backlog)
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+            name = sock.getsockname()
+            urls.append(f"{scheme}://{repr_socket_addr(sock.family, name)}")
+            if isinstance(name, tuple):
+                addresses.append((str(name[0]), int(name[1])))
+            listeners.append(
+                trio.SSLListener(listener, ssl_context, https_compatible=True)
+                if scheme == "https" and ssl_context is not None
+                else listener
+            )
+    for url in urls:
+        logger.info("serving on %s", url)
+    return listeners, AsgiServer._create(core, tuple(urls), tuple(addresses))  # pyright: ignore[reportPrivateUsage]
+
+
+async def _accept(
+    listener: trio.SocketListener | trio.SSLListener[trio.SocketStream],
+    connections: Bundle,
+    core: ServerCore,
+) -> None:
+    while True:
+        try:
+            stream = await listener.accept()
+        except trio.ClosedResourceError:
+            return  # closed at STOP
+        except OSError as exc:
+            # Out of file descriptors, say: trio.serve_listeners' answer.
+            logger.error("accept failed, trying again in 0.1 s: %s", exc)
+            await trio.sleep(0.1)
+            continue
+        connection = Connection(core, stream)
+        core.connection_started(connection)
+        connections.start_soon(connection.serve, name=_peer(stream))
+
+
+def _peer(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> str:
+    transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    try:
+        return "connection from {}:{}".format(*transport.socket.getpeername()[:2])
+    except OSError:
+        return "connection"
+
+
+async def _drain(
+    core: ServerCore,
+    listeners: Sequence[trio.abc.AsyncResource],
+    reserve: float,
+) -> None:
+    now = trio.current_time()
+    deadline = trio.current_effective_deadline()
+    cutoff = _cutoff(deadline, now, reserve) if deadline < math.inf else math.inf
+    for listener in listeners:
+        await trio.aclose_forcefully(listener)
+    await core.context.terminated.set()
+    core.drain.begin(cutoff=cutoff, deadline=deadline)
+    logger.info(
+        "STOP: draining %d connections, %d requests running; cut-off in %s",
+        len(core.connections),
+        sum(len(c.requests) for c in core.connections),
+        "never" if cutoff == math.inf else f"{cutoff - now:.1f} s",
+    )
+    for connection in list(core.connections):
+        connection.stop()
+    with trio.move_on_at(cutoff):
+        await _wait_closed(core, cutoff)
+    if core.connections:
+        running = core.running_requests()
+        logger.warning(
+            "cut-off: %d requests still running, ending them: %s",
+            len(running),
+            ", ".join(running) or "none",
+        )
+        for connection in list(core.connections):
+            connection.cut()
+        await _wait_closed(core, deadline)
+
+
+async def _wait_closed(core: ServerCore, until: float) -> None:
+    while core.connections:
+        with trio.move_on_after(PROGRESS_INTERVAL):
+            await core.all_closed.wait()
+        if core.connections:
+            running = core.running_requests()
+            left = until - trio.current_time()
+            logger.info(
+                "draining: %d connections open, %d requests running%s%s",
+                len(core.connections),
+                len(running),
+                (": " + ", ".join(running)) if running else "",
+                f"; {left:.1f} s to go" if left < math.inf else "",
+            )
