@@ -15,11 +15,14 @@ import itertools
 import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeGuard, cast
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import attrs
 import trio
-from websocket_connection import Message
+
+if TYPE_CHECKING:
+    # Only a type here: the ASGI example uses this module without websockets.
+    from websocket_connection import Message
 
 MAX_WORK_MS = 3_600_000
 """The longest work a request may ask for: one hour."""

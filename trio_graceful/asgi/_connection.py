@@ -120,11 +120,17 @@ class Connection:
         """STOP: close if idle, otherwise after the last response. Not a checkpoint."""
         self._wake()
 
-    def cut(self) -> None:
-        """The cut-off: cancel the running requests, which end their responses."""
+    async def cut(self) -> None:
+        """The cut-off: cancel the running requests, which end their responses.
+
+        Returns when they have ended. The connection itself goes on, to send
+        what they wrote and close. This is a checkpoint.
+        """
         self._cut_off = True
-        if self._apps is not None:
-            self._apps.cancel_scope.cancel("the server's deadline for requests came")
+        if self._apps is not None and not self._apps.closed:
+            await self._apps.cancel(0)
+        else:
+            await trio.lowlevel.checkpoint()
 
     # -- running ---------------------------------------------------------------
 
@@ -148,8 +154,6 @@ class Connection:
     async def _serve(self, helpers: trio.Nursery) -> None:
         async with open_bundle(name=self._name()) as apps:
             self._apps = apps
-            if self._cut_off:
-                self.cut()
             self._protocol = protocol = self._open_protocol(
                 AppTasks(apps, helpers, self)
             )
@@ -300,7 +304,11 @@ class Connection:
             self.abort()
 
     async def _close_transport(self) -> None:
-        """Send what is left, then FIN, then wait a little for the client's FIN."""
+        """Send what is left, then FIN, then wait a little for the client's FIN.
+
+        The wait ends at `LINGER` seconds, or at the cut-off if that comes
+        first; a client that has not closed by then may see a reset.
+        """
         stream = self._stream
         try:
             async with self._send_lock:
@@ -308,7 +316,9 @@ class Connection:
             if self._peer_closed or not isinstance(stream, trio.SocketStream):
                 return
             await stream.send_eof()
-            with trio.move_on_after(LINGER):
+            # Never past the cut-off: the rest of the time is for the
+            # requests cut off and the lifespan's shutdown.
+            with trio.move_on_at(min(trio.current_time() + LINGER, self._core.drain.cutoff)):
                 while await stream.receive_some(MAX_RECV):
                     pass
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):

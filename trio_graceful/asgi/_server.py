@@ -264,12 +264,14 @@ async def _drain(
     if core.connections:
         running = core.running_requests()
         logger.warning(
-            "cut-off: %d requests still running, ending them: %s",
+            "cut-off: %d connections open, %d requests running%s",
+            len(core.connections),
             len(running),
-            ", ".join(running) or "none",
+            (", ending them: " + ", ".join(running)) if running else "",
         )
-        for connection in list(core.connections):
-            connection.cut()
+        async with trio.open_nursery() as nursery:
+            for connection in list(core.connections):
+                nursery.start_soon(connection.cut)
         await _wait_closed(core, deadline)
 
 
