@@ -67,7 +67,11 @@ def admission_gate(
         except BusyError:
             prefix = "" if scope["type"] == "http" else "websocket."
             await send(
-                {"type": f"{prefix}http.response.start", "status": 503, "headers": headers}
+                {
+                    "type": f"{prefix}http.response.start",
+                    "status": 503,
+                    "headers": headers,
+                }
             )
             await send({"type": f"{prefix}http.response.body", "body": b""})
             return
@@ -77,4 +81,3 @@ def admission_gate(
             gate.release()
 
     return guarded
-

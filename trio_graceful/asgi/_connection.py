@@ -31,7 +31,6 @@ from typing import cast, final
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.typing import ConnectionState, TaskGroup
-from hypercorn.utils import parse_socket_addr
 
 from .._bundle import Bundle
 from .._openbundle import open_bundle
@@ -52,12 +51,16 @@ class Connection:
     """One accepted connection; `serve` runs it to its end."""
 
     def __init__(
-        self, core: ServerCore, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+        self,
+        core: ServerCore,
+        stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
     ) -> None:
         self._core = core
         self._stream = stream
         self._tls = isinstance(stream, trio.SSLStream)
-        transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        transport = (
+            stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        )
         self._socket = transport.socket
         self._protocol: ServerProtocol | None = None
         # Bytes the protocol has written: queued, then the part of the
@@ -200,8 +203,8 @@ class Connection:
             cast("TaskGroup", tasks),
             ConnectionState(core.lifespan_state.copy()),
             tls=self._tls,
-            client=parse_socket_addr(sock.family, sock.getpeername()),
-            server=parse_socket_addr(sock.family, sock.getsockname()),
+            client=_host_and_port(sock.getpeername()),
+            server=_host_and_port(sock.getsockname()),
             send=self._on_event,
             drain=self,
             alpn_protocol=alpn,
@@ -241,7 +244,9 @@ class Connection:
 
     def _peek(self) -> bytes | None:
         """Return the socket's unread bytes (b"" at EOF), or None if there are none."""
-        with socket.fromfd(self._socket.fileno(), self._socket.family, socket.SOCK_STREAM) as dup:
+        with socket.fromfd(
+            self._socket.fileno(), self._socket.family, socket.SOCK_STREAM
+        ) as dup:
             try:
                 return dup.recv(MAX_RECV, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             except OSError as exc:
@@ -318,8 +323,18 @@ class Connection:
             await stream.send_eof()
             # Never past the cut-off: the rest of the time is for the
             # requests cut off and the lifespan's shutdown.
-            with trio.move_on_at(min(trio.current_time() + LINGER, self._core.drain.cutoff)):
+            with trio.move_on_at(
+                min(trio.current_time() + LINGER, self._core.drain.cutoff)
+            ):
                 while await stream.receive_some(MAX_RECV):
                     pass
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+
+def _host_and_port(name: object) -> tuple[str, int] | None:
+    """A socket's address as ASGI wants it: ``(host, port)``, None for Unix sockets."""
+    if isinstance(name, tuple):
+        host, port = cast("tuple[str, int]", name)[:2]
+        return host, port
+    return None

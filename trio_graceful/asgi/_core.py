@@ -2,7 +2,7 @@
 
 `ServerCore` holds the app and Hypercorn's configuration, the worker context
 Hypercorn's protocols consult (its ``terminated`` event is set at STOP, so
-that HTTP/2 refuses new streams), the `_Drain` the app sees, and the live
+that HTTP/2 refuses new streams), the `Drain` the app sees, and the live
 connections, which it counts. `AsgiServerStatistics` is its snapshot.
 """
 
@@ -17,7 +17,7 @@ from hypercorn.config import Config
 from hypercorn.trio.worker_context import EventWrapper, TrioSingleTask
 from hypercorn.typing import AppWrapper, Event, SingleTask
 
-from ._stop import _Drain
+from ._stop import Drain
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -58,8 +58,8 @@ class _Context:
 
     def __init__(self, core: ServerCore) -> None:
         self._core = core
-        self.terminate = EventWrapper()
-        self.terminated = EventWrapper()
+        self.terminate: Event = EventWrapper()
+        self.terminated: Event = EventWrapper()
 
     async def mark_request(self) -> None:
         # Hypercorn's max_requests (restart a worker after so many) has no
@@ -83,7 +83,7 @@ class ServerCore:
         self.app = app
         self.config = config
         self.context = _Context(self)
-        self.drain = _Drain()
+        self.drain = Drain()
         self.lifespan_state: dict[str, Any] = {}
         self.connections: set[Connection] = set()
         self.connections_total = 0

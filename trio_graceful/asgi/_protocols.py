@@ -26,7 +26,6 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import h11
-from hyperframe.frame import GoAwayFrame
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Event as StreamEvent, Response
@@ -37,6 +36,7 @@ from hypercorn.protocol.h11 import (
     H11Protocol,
 )
 from hypercorn.typing import AppWrapper, ConnectionState, TaskGroup, WorkerContext
+from hyperframe.frame import GoAwayFrame
 
 _CLOSE = (b"connection", b"close")
 
@@ -47,13 +47,16 @@ class DrainState(Protocol):
     @property
     def draining(self) -> bool:
         """True once the server got STOP."""
+        ...
 
     @property
     def cut_off(self) -> bool:
         """True once the connection's requests have been cut off."""
+        ...
 
     def peek(self) -> bytes:
         """Return the bytes the socket holds, without reading them."""
+        ...
 
 
 def _holds_request(data: bytes) -> bool:
@@ -163,7 +166,17 @@ class ServerProtocol:
         drain: DrainState,
         alpn_protocol: str | None,
     ) -> None:
-        self._args = (app, config, context, task_group, state, tls, client, server, send)
+        self._args = (
+            app,
+            config,
+            context,
+            task_group,
+            state,
+            tls,
+            client,
+            server,
+            send,
+        )
         self._drain = drain
         self.protocol: DrainingH11Protocol | DrainingH2Protocol
         if alpn_protocol == "h2":

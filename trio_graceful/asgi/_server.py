@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
+import socket
+from collections.abc import Sequence
 from typing import Any, cast, final
 
-import attrs
 import trio
+from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.typing import ASGIFramework
-from hypercorn.utils import LifespanFailureError, repr_socket_addr, wrap_app
+from hypercorn.utils import LifespanFailureError
 
 from .._bundle import Bundle
 from .._inbox import InboxReceiver
@@ -87,7 +87,9 @@ def _config_for(config: Config | None, bind: str | Sequence[str] | None) -> Conf
         raise TypeError(f"config must be a hypercorn.config.Config, not {config!r}")
     if bind is not None:
         binds = [bind] if isinstance(bind, str) else list(bind)
-        if not binds or not all(isinstance(b, str) and b for b in binds):
+        if not binds or not all(
+            isinstance(cast("object", b), str) and b for b in binds
+        ):
             raise ValueError(
                 f"bind must be an address like '127.0.0.1:8000' or a list of them, "
                 f"not {bind!r}"
@@ -97,7 +99,7 @@ def _config_for(config: Config | None, bind: str | Sequence[str] | None) -> Conf
 
 
 def _cutoff(deadline: float, now: float, reserve: float) -> float:
-    """The cut-off: ``reserve`` before the deadline, or the last tenth of the time left."""
+    """Return ``reserve`` before the deadline, or the last tenth of the time left."""
     return deadline - min(reserve, (deadline - now) / 10)
 
 
@@ -140,7 +142,7 @@ async def serve_asgi(
     Args:
         inbox (InboxReceiver): Where STOP arrives (a runner's service gets
             one of its own).
-        app: The ASGI application (or a WSGI one, as Hypercorn detects).
+        app: The ASGI application.
         bind (str, list of str or None): Where to listen, in Hypercorn's
             forms (``"127.0.0.1:8000"``, ``"[::1]:0"``, ``"unix:/path"``,
             ``"fd://3"``); overrides ``config.bind``. None keeps the
@@ -152,9 +154,11 @@ async def serve_asgi(
         reserve (float): Seconds before the hard deadline at which running
             requests are cut off, for them to end their responses and for
             the lifespan's shutdown.
+        task_status: Trio's; the server is passed to its ``started``.
 
     Raises:
-        TypeError: if ``config`` is not a Hypercorn ``Config``.
+        TypeError: if ``app`` is not callable or ``config`` is not a
+            Hypercorn ``Config``.
         ValueError: if ``bind`` is empty or ``reserve`` negative.
         OSError: if an address cannot be bound.
         hypercorn.utils.LifespanFailureError: if the app's lifespan startup
@@ -162,7 +166,9 @@ async def serve_asgi(
     """
     reserve = check_seconds("reserve", reserve)
     config = _config_for(config, bind)
-    core = ServerCore(wrap_app(cast("ASGIFramework", app), config.wsgi_max_body_size, None), config)
+    if not callable(app):
+        raise TypeError(f"app must be an ASGI app, not {app!r}")
+    core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config)
     lifespan = Lifespan(core.app, config, core.lifespan_state)
     async with trio.open_nursery() as nursery:
         await nursery.start(lifespan.handle_lifespan)
@@ -193,14 +199,17 @@ def _listen(
     listeners: list[trio.SocketListener | trio.SSLListener[trio.SocketStream]] = []
     urls: list[str] = []
     addresses: list[tuple[str, int]] = []
-    for scheme, group in (("https", sockets.secure_sockets), ("http", sockets.insecure_sockets)):
+    for scheme, group in (
+        ("https", sockets.secure_sockets),
+        ("http", sockets.insecure_sockets),
+    ):
         for sock in group:
             sock.listen(config.backlog)
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-            name = sock.getsockname()
-            urls.append(f"{scheme}://{repr_socket_addr(sock.family, name)}")
-            if isinstance(name, tuple):
-                addresses.append((str(name[0]), int(name[1])))
+            url, address = _where(sock)
+            urls.append(f"{scheme}://{url}")
+            if address is not None:
+                addresses.append(address)
             listeners.append(
                 trio.SSLListener(listener, ssl_context, https_compatible=True)
                 if scheme == "https" and ssl_context is not None
@@ -209,6 +218,20 @@ def _listen(
     for url in urls:
         logger.info("serving on %s", url)
     return listeners, AsgiServer._create(core, tuple(urls), tuple(addresses))  # pyright: ignore[reportPrivateUsage]
+
+
+def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
+    """Return how a listening socket's address is written, and its (host, port)."""
+    name: object = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        return f"unix:{name}", None
+    host, port = cast("tuple[str, int]", name)[:2]
+    return (
+        f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"
+    ), (
+        host,
+        port,
+    )
 
 
 async def _accept(
@@ -232,7 +255,9 @@ async def _accept(
 
 
 def _peer(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> str:
-    transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    transport = (
+        stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    )
     try:
         return "connection from {}:{}".format(*transport.socket.getpeername()[:2])
     except OSError:

@@ -1,6 +1,6 @@
 """How a request handler hears STOP: the server's drain, seen from the app.
 
-`serve_asgi` makes one `_Drain` per server and puts it in a context variable
+`serve_asgi` makes one `Drain` per server and puts it in a context variable
 that every connection, and so every request task, inherits (Starlette's and
 Quart-Trio's tasks inherit the request task's context too, and so do the
 threads Trio starts for sync endpoints). The functions here read it:
@@ -32,7 +32,7 @@ R = TypeVar("R")
 
 
 @attrs.define(eq=False)
-class _Drain:
+class Drain:
     """One server's drain: when STOP came and when requests are cut off."""
 
     stopped: trio.Event = attrs.field(factory=trio.Event)
@@ -69,17 +69,17 @@ class _Drain:
         return STOP
 
 
-_current: contextvars.ContextVar[_Drain] = contextvars.ContextVar(
+_current: contextvars.ContextVar[Drain] = contextvars.ContextVar(
     "trio_graceful.asgi.drain"
 )
 
 
-def enter_drain(drain: _Drain) -> None:
+def enter_drain(drain: Drain) -> None:
     """Make ``drain`` the one the calling task, and the tasks it starts, see."""
     _current.set(drain)
 
 
-def _drain(function: str) -> _Drain:
+def _drain(function: str) -> Drain:
     try:
         return _current.get()
     except LookupError:
