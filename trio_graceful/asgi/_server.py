@@ -31,10 +31,12 @@ from hypercorn.trio.lifespan import Lifespan
 from hypercorn.typing import ASGIFramework
 from hypercorn.utils import LifespanFailureError
 
+from .._admission import check_count
 from .._bundle import Bundle
 from .._inbox import InboxReceiver
 from .._openbundle import open_bundle
 from .._stop import STOP
+from .._threads import ThreadBudget, share_default_thread_limiter
 from .._util import NoPublicConstructor, check_seconds
 from ._connection import Connection
 from ._core import AsgiServerStatistics, ServerCore
@@ -67,6 +69,16 @@ class AsgiServer(metaclass=NoPublicConstructor):
 
     def __repr__(self) -> str:
         return f"<trio_graceful.asgi.AsgiServer {' '.join(self.urls)}>"
+
+    @property
+    def thread_budget(self) -> ThreadBudget:
+        """The `trio_graceful.ThreadBudget` of the server's sync endpoints.
+
+        It shares its tokens with Trio's default thread limiter; its
+        statistics count every thread that holds one, and tell which were
+        abandoned.
+        """
+        return self._core.drain.budget
 
     def running_requests(self) -> list[str]:
         """Return the requests running now, as ``"GET /path"``, sorted.
@@ -110,6 +122,7 @@ async def serve_asgi(
     bind: str | Sequence[str] | None = None,
     config: Config | None = None,
     reserve: float = 1.0,
+    thread_tokens: int | None = None,
     task_status: trio.TaskStatus[AsgiServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an ASGI app with Hypercorn's protocols until STOP, then drain.
@@ -154,21 +167,30 @@ async def serve_asgi(
         reserve (float): Seconds before the hard deadline at which running
             requests are cut off, for them to end their responses and for
             the lifespan's shutdown.
+        thread_tokens (int or None): How many threads the run's sync
+            endpoints may use at once: the size of Trio's default thread
+            limiter (what Starlette's, FastAPI's and Quart-Trio's thread
+            pools use), which `sync_to_async` shares (`AsgiServer.thread_budget`).
+            None leaves it as it is (40, Trio's default).
         task_status: Trio's; the server is passed to its ``started``.
 
     Raises:
         TypeError: if ``app`` is not callable or ``config`` is not a
             Hypercorn ``Config``.
-        ValueError: if ``bind`` is empty or ``reserve`` negative.
+        ValueError: if ``bind`` is empty, ``reserve`` negative or
+            ``thread_tokens`` less than 1.
         OSError: if an address cannot be bound.
         hypercorn.utils.LifespanFailureError: if the app's lifespan startup
             failed.
     """
     reserve = check_seconds("reserve", reserve)
+    if thread_tokens is not None:
+        check_count("thread_tokens", thread_tokens)
     config = _config_for(config, bind)
     if not callable(app):
         raise TypeError(f"app must be an ASGI app, not {app!r}")
-    core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config)
+    budget = share_default_thread_limiter(thread_tokens)
+    core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config, budget)
     lifespan = Lifespan(core.app, config, core.lifespan_state)
     async with trio.open_nursery() as nursery:
         await nursery.start(lifespan.handle_lifespan)
@@ -176,9 +198,9 @@ async def serve_asgi(
         listeners, server = _listen(core, config)
         enter_drain(core.drain)
         async with open_bundle(name="connections") as connections:
-            for listener in listeners:
+            for listener, url in zip(listeners, server.urls, strict=True):
                 connections.start_soon(
-                    _accept, listener, connections, core, name=f"accept {listener!r}"
+                    _accept, listener, connections, core, name=f"accept on {url}"
                 )
             task_status.started(server)
             while await inbox.receive() is not STOP:
@@ -251,17 +273,7 @@ async def _accept(
             continue
         connection = Connection(core, stream)
         core.connection_started(connection)
-        connections.start_soon(connection.serve, name=_peer(stream))
-
-
-def _peer(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> str:
-    transport = (
-        stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-    )
-    try:
-        return "connection from {}:{}".format(*transport.socket.getpeername()[:2])
-    except OSError:
-        return "connection"
+        connections.start_soon(connection.serve, name=connection.name)
 
 
 async def _drain(
