@@ -47,8 +47,12 @@ def _query(scope: Scope) -> dict[str, float]:
     return {name: float(values[0]) for name, values in query.items()}
 
 
-async def _start(send: Send, status: int = 200, headers: list[Any] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers or []})
+async def _start(
+    send: Send, status: int = 200, headers: list[Any] | None = None
+) -> None:
+    await send(
+        {"type": "http.response.start", "status": status, "headers": headers or []}
+    )
 
 
 async def _body(send: Send, body: bytes, more: bool = False) -> None:
@@ -82,12 +86,17 @@ def make_app(log: Log) -> Any:
                 headers = [(b"content-length", str(10 * count).encode())]
             await _start(send, headers=headers)
             for i in range(count):
-                await _body(send, f"data: {i:02}\n\n".encode()[:10].ljust(10), more=True)
+                await _body(
+                    send, f"data: {i:02}\n\n".encode()[:10].ljust(10), more=True
+                )
                 await trio.sleep(every)
             await _body(send, b"")
         elif path == "/until-stop":
             await _start(send)
-            while await trio_graceful.asgi.until_stop(trio.sleep, 1) is not trio_graceful.STOP:
+            while (
+                await trio_graceful.asgi.until_stop(trio.sleep, 1)
+                is not trio_graceful.STOP
+            ):
                 await _body(send, b"tick\n", more=True)
             log.add("stream heard STOP")
             await _body(send, b"bye\n")

@@ -113,7 +113,8 @@ class RawClient:
     async def send(self, *targets: str, host: str = "test") -> None:
         """Send a GET for each target, back to back (pipelined)."""
         data = b"".join(
-            f"GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode() for target in targets
+            f"GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+            for target in targets
         )
         await self.stream.send_all(data)
 
@@ -126,7 +127,9 @@ class RawClient:
         if self.h11.our_state is h11.IDLE:
             # The requests went out as raw bytes (pipelined); h11 is told of
             # one at a time, so that it parses the response to it.
-            self.h11.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+            self.h11.send(
+                h11.Request(method="GET", target="/", headers=[("Host", "x")])
+            )
             self.h11.send(h11.EndOfMessage())
         status = 0
         headers: dict[bytes, bytes] = {}

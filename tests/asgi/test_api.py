@@ -38,9 +38,17 @@ async def _fails_to_serve(
         ({"bind": []}, ValueError, "bind must be an address like '127.0.0.1:8000' "),
         ({"bind": [""]}, ValueError, "bind must be an address like '127.0.0.1:8000' "),
         ({"reserve": -1}, ValueError, "reserve must be >= 0, not -1"),
-        ({"reserve": "1"}, TypeError, "reserve must be a number of seconds, not str '1'"),
+        (
+            {"reserve": "1"},
+            TypeError,
+            "reserve must be a number of seconds, not str '1'",
+        ),
         ({"thread_tokens": 0}, ValueError, "thread_tokens must be >= 1, not 0"),
-        ({"thread_tokens": 1.5}, TypeError, "thread_tokens must be an integer, not 1.5"),
+        (
+            {"thread_tokens": 1.5},
+            TypeError,
+            "thread_tokens must be an integer, not 1.5",
+        ),
     ],
 )
 async def test_bad_arguments_are_refused_before_anything_starts(
@@ -54,7 +62,10 @@ async def test_an_address_in_use_fails_the_start() -> None:
     async with serving(make_app(Log())) as served:
         host, port = served.server.addresses[0]
         await _fails_to_serve(
-            OSError, "Address already in use", app=make_app(Log()), bind=f"{host}:{port}"
+            OSError,
+            "Address already in use",
+            app=make_app(Log()),
+            bind=f"{host}:{port}",
         )
 
 
@@ -75,7 +86,9 @@ async def test_a_failed_lifespan_shutdown_is_raised_after_the_drain(
         assert (await receive())["type"] == "lifespan.shutdown"
         await send({"type": "lifespan.shutdown.failed", "message": "flush failed"})
 
-    with pytest.RaisesGroup(pytest.RaisesExc(LifespanFailureError, match="flush failed")):
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(LifespanFailureError, match="flush failed")
+    ):
         async with serving(app, tmp_path) as served:
             await served.shutdown(5)
 
@@ -192,16 +205,16 @@ async def test_the_admission_gate_answers_503_at_once_when_full(
 def test_the_admission_gate_checks_its_arguments() -> None:
     gate = trio_graceful.AdmissionGate(1)
     app = make_app(Log())
-    with pytest.raises(TypeError, match="^app must be an ASGI app, not None$"):
+    with pytest.raises(TypeError, match=r"^app must be an ASGI app, not None$"):
         trio_graceful.asgi.admission_gate(None, gate)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="^gate must be an AdmissionGate, not 1$"):
+    with pytest.raises(TypeError, match=r"^gate must be an AdmissionGate, not 1$"):
         trio_graceful.asgi.admission_gate(app, 1)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="^retry_after must be >= 1, not 0$"):
+    with pytest.raises(ValueError, match=r"^retry_after must be >= 1, not 0$"):
         trio_graceful.asgi.admission_gate(app, gate, retry_after=0)
 
 
 def test_sync_to_async_refuses_an_async_function() -> None:
-    with pytest.raises(TypeError, match="^sync_fn must be a synchronous function"):
+    with pytest.raises(TypeError, match=r"^sync_fn must be a synchronous function"):
         trio_graceful.asgi.sync_to_async(trio.sleep)
 
 
@@ -243,7 +256,11 @@ async def test_a_thread_hears_stop_through_the_stop_flag() -> None:
         async with trio.open_nursery() as nursery:
             served.shutdown_soon(nursery, 30)
             answer = await client.answer()
-            assert (answer.status, answer.body, answer.closes) == (200, b"stopped", True)
+            assert (answer.status, answer.body, answer.closes) == (
+                200,
+                b"stopped",
+                True,
+            )
     assert served.report is not None
     assert served.report.hard_cancelled_at is None
 

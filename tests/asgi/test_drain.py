@@ -118,7 +118,7 @@ async def test_the_listeners_close_at_stop(
         async with trio.open_nursery() as nursery:
             served.shutdown_soon(nursery, 10)
             await trio.testing.wait_all_tasks_blocked()
-            with pytest.raises(OSError):
+            with pytest.raises(OSError, match="Connection refused"):
                 await served.connect()
             assert (await busy.answer()).closes
             await busy.aclose()
