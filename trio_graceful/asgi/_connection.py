@@ -74,6 +74,8 @@ class Connection:
         self._closing = False
         self._peer_closed = False
         self._cut_off = False
+        # Whether the protocol was told of STOP.
+        self._told = False
         self._reader = trio.CancelScope()
         # The reader's current scope, and whether it waits in receive_some.
         self._wait = trio.CancelScope()
@@ -165,6 +167,7 @@ class Connection:
             )
             await protocol.initiate()
             if self.draining:
+                self._told = True
                 await protocol.begin_drain()
             with self._reader:
                 await self._read()
@@ -229,8 +232,12 @@ class Connection:
                         return
                     await protocol.handle(RawData(data=data))
             self._receiving = False
-            if not self.draining and trio.current_time() >= wait.deadline:
-                return  # the keep-alive timeout
+            if not self.draining:
+                if trio.current_time() >= wait.deadline:
+                    return  # the keep-alive timeout
+            elif not self._told:
+                self._told = True  # woken by STOP: HTTP/2 sends its GOAWAY
+                await protocol.begin_drain()
 
     async def _receive(self) -> bytes:
         try:
