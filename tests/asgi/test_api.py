@@ -280,3 +280,5 @@ async def test_a_thread_still_running_at_the_cut_off_is_abandoned() -> None:
         assert (stats.threads_abandoned, stats.requests_cut_off) == (1, 1)
         budget = served.server.thread_budget.statistics()
         assert budget.threads_abandoned_total == 1
+    assert served.report is not None
+    assert served.report.abandoned == ("thread '_threaded_app.<locals>.stuck'",)

@@ -156,6 +156,9 @@ async def test_a_request_cut_before_its_response_gets_a_503(
             await client.aclose()
         stats = served.server.statistics()
         assert (stats.requests_cut_off, stats.requests_running) == (1, 0)
+    assert served.report is not None
+    [server] = served.report.children
+    assert server.notes == ("cut off: GET /work: refused with 503",)
 
 
 async def test_a_stream_cut_off_ends_with_the_terminating_chunk(

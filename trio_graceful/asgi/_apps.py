@@ -50,8 +50,8 @@ class CutOff(Protocol):
         """The server's hard deadline (Trio time); `math.inf` before STOP."""
         ...
 
-    def request_cut(self, what: str) -> None:
-        """Count a request that was cut off; ``what`` says how it ended."""
+    def request_cut(self, name: str, what: str) -> None:
+        """Record a request that was cut off; ``what`` says how it ended."""
 
     def abort(self) -> None:
         """Close the connection without ending the response in progress."""
@@ -161,4 +161,4 @@ class AppTasks:
                 what = "cut in the middle of its body; connection closed"
                 owner.abort()
             await exchange.close_stream()
-        owner.request_cut(what)
+        owner.request_cut(trio.lowlevel.current_task().name, what)

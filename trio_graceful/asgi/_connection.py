@@ -107,9 +107,9 @@ class Connection:
         data = self._peek()
         return b"" if data is None else data
 
-    def request_cut(self, what: str) -> None:
-        """Count a request that was cut off; ``what`` says how it ended."""
-        self._core.request_cut(what)
+    def request_cut(self, name: str, what: str) -> None:
+        """Record a request that was cut off; ``what`` says how it ended."""
+        self._core.request_cut(name, what)
 
     @property
     def requests(self) -> frozenset[trio.lowlevel.Task]:

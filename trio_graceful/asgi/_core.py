@@ -93,7 +93,8 @@ class ServerCore:
         self.connections: set[Connection] = set()
         self.connections_total = 0
         self.requests_total = 0
-        self.requests_cut_off = 0
+        # "GET /path: what its end was" for each request cut off.
+        self.cut_off: list[str] = []
         self.all_closed = trio.Event()
         self.all_closed.set()
 
@@ -109,10 +110,10 @@ class ServerCore:
         if not self.connections:
             self.all_closed.set()
 
-    def request_cut(self, what: str) -> None:
-        """Count a request that was cut off; ``what`` says how it ended."""
-        self.requests_cut_off += 1
-        logger.debug("request cut off: %s", what)
+    def request_cut(self, name: str, what: str) -> None:
+        """Record a request that was cut off; ``what`` says how it ended."""
+        self.cut_off.append(f"{name}: {what}")
+        logger.debug("request cut off: %s: %s", name, what)
 
     def running_requests(self) -> list[str]:
         """The names of the requests running now (``GET /path``), sorted."""
@@ -127,7 +128,7 @@ class ServerCore:
             connections_total=self.connections_total,
             requests_running=sum(len(c.requests) for c in self.connections),
             requests_total=self.requests_total,
-            requests_cut_off=self.requests_cut_off,
+            requests_cut_off=len(self.cut_off),
             threads_abandoned=len(self.drain.threads_abandoned),
             draining=self.drain.stopped.is_set(),
         )

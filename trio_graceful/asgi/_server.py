@@ -39,6 +39,7 @@ from .._admission import check_count
 from .._bundle import Bundle
 from .._inbox import InboxReceiver
 from .._openbundle import open_bundle
+from .._paths import current_bundle
 from .._stop import STOP
 from .._threads import ThreadBudget, share_default_thread_limiter
 from .._util import NoPublicConstructor, check_seconds
@@ -200,6 +201,7 @@ async def serve_asgi(
         raise TypeError(f"app must be an ASGI app, not {app!r}")
     budget = share_default_thread_limiter(thread_tokens)
     core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config, budget)
+    parent = _parent_bundle()
     # Bound first: an address in use fails the start before the app starts.
     listeners, server = _listen(core, config)
     try:
@@ -220,7 +222,7 @@ async def serve_asgi(
                     task_status.started(server)
                     while await inbox.receive() is not STOP:
                         pass  # nothing but STOP is meant for a server
-                    await _drain(core, listeners, reserve)
+                    await _drain(core, listeners, reserve, parent)
                 await lifespan.shut_down()
                 nursery.cancel_scope.cancel()
     finally:
@@ -365,6 +367,7 @@ async def _drain(
     core: ServerCore,
     listeners: Sequence[trio.abc.AsyncResource],
     reserve: float,
+    parent: Bundle | None,
 ) -> None:
     now = trio.current_time()
     deadline = trio.current_effective_deadline()
@@ -394,7 +397,27 @@ async def _drain(
         async with trio.open_nursery() as nursery:
             for connection in list(core.connections):
                 nursery.start_soon(connection.cut)
+        _tell_bundle(core, parent)
         await _wait_closed(core, deadline)
+
+
+def _parent_bundle() -> Bundle | None:
+    """The bundle the calling task is a child of, if it is one."""
+    try:
+        bundle = current_bundle()
+    except RuntimeError:
+        return None  # a server in no bundle: the log says it all
+    return bundle if trio.lowlevel.current_task() in bundle else None
+
+
+def _tell_bundle(core: ServerCore, bundle: Bundle | None) -> None:
+    """Put what the cut-off did in the report of the server's bundle."""
+    if bundle is None:
+        return
+    for request in core.cut_off:
+        bundle.note(f"cut off: {request}")
+    for thread in core.drain.threads_abandoned:
+        bundle.note_abandoned(f"thread {thread!r}")
 
 
 async def _wait_closed(core: ServerCore, until: float) -> None:
