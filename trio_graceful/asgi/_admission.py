@@ -3,8 +3,9 @@
 A group of routes whose work is
 expensive (blocking calls in threads, say) gets a quota; a request beyond it
 is refused at once with ``503 Service Unavailable`` and ``Retry-After``,
-instead of queueing for threads that every route shares. The quota is an
-`AdmissionGate`, so its statistics tell how many were admitted and refused.
+instead of queueing for threads that every route shares. The quota is a
+`trio_graceful.AdmissionGate`, whose statistics tell how many were admitted
+and refused.
 """
 
 from __future__ import annotations
@@ -28,15 +29,14 @@ def admission_gate(
     A request (HTTP or WebSocket) that finds the gate full is answered at
     once: ``503`` with ``Retry-After: retry_after`` and ``Connection:
     close`` for HTTP, the same as the WebSocket handshake's answer. Admitted
-    requests hold their place until the app returns, and a sync endpoint's
-    thread until it ends (put the gate on `run_sync` too for that). Lifespan
-    messages pass through. Use it on a group of routes, as Starlette's
+    requests hold their place until the app returns. Lifespan messages pass
+    through. Use it on a group of routes, as Starlette's
     ``Mount("/reports", app=admission_gate(reports, gate))``, or on a whole
     app.
 
     Args:
         app: The ASGI app to guard.
-        gate (AdmissionGate): The quota, shared by every route it guards.
+        gate (trio_graceful.AdmissionGate): The quota, shared by every route it guards.
         retry_after (int): Seconds the client is told to wait (at least 1).
 
     Returns:
@@ -44,7 +44,7 @@ def admission_gate(
 
     Raises:
         TypeError: if ``app`` is not callable, ``gate`` not an
-            `AdmissionGate` or ``retry_after`` not an integer.
+            `trio_graceful.AdmissionGate` or ``retry_after`` not an integer.
         ValueError: if ``retry_after`` is less than 1.
     """
     if not callable(app):

@@ -128,10 +128,9 @@ async def until_stop(
     waiting for its next event or a WebSocket handler waiting for the next
     message: at STOP the wait is cancelled and `trio_graceful.STOP` is
     returned, so the handler can send a last event, or CLOSE 1001, and end.
-    As with `InboxReceiver.until_stop`, nothing is lost if ``async_fn`` is
-    cancel-safe (Starlette's ``WebSocket.receive_text`` is not after it has
-    taken a message from the server; its ``receive()`` is). If the server
-    already got STOP, `STOP` is returned at once without calling
+    As with `trio_graceful.InboxReceiver.until_stop`, nothing is lost if
+    ``async_fn`` is cancel-safe, as Starlette's ``WebSocket.receive`` and an
+    ASGI ``receive`` are. If the server already got STOP, `trio_graceful.STOP` is returned at once without calling
     ``async_fn``. This is a checkpoint.
 
     Returns:
