@@ -130,8 +130,9 @@ async def until_stop(
     returned, so the handler can send a last event, or CLOSE 1001, and end.
     As with `trio_graceful.InboxReceiver.until_stop`, nothing is lost if
     ``async_fn`` is cancel-safe, as Starlette's ``WebSocket.receive`` and an
-    ASGI ``receive`` are. If the server already got STOP, `trio_graceful.STOP` is returned at once without calling
-    ``async_fn``. This is a checkpoint.
+    ASGI ``receive`` are. If the server already got STOP,
+    `trio_graceful.STOP` is returned at once without calling ``async_fn``.
+    This is a checkpoint.
 
     Returns:
         What ``async_fn`` returned, or `trio_graceful.STOP`.
