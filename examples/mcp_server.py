@@ -34,6 +34,7 @@ Try:
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 import time
@@ -100,4 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # The interpreter's last garbage collection would walk every object the
+    # SDK made, a fifth of a second; at exit nothing needs collecting.
+    gc.freeze()
+    sys.exit(status)

@@ -46,6 +46,7 @@ from .._inbox import InboxReceiver
 from .._runner import Runner, current_runner
 from .._stdin import StdinLines, open_stdin_lines
 from .._stop import STOP
+from .._topology import is_cancellation
 from ._calls import CallTable, describe_call
 from ._claim import claim_stdio
 from ._handlers import HandlersInBundle
@@ -218,8 +219,9 @@ class _Session:
                 nursery.start_soon(self._refuse_requests)
                 await self._wait_for_calls()
                 nursery.cancel_scope.cancel(reason="no call left in flight")
-        except trio.Cancelled:
-            logger.warning("hard cancel: %s", self._calls.describe())
+        except BaseException as exc:
+            if is_cancellation(exc):
+                logger.warning("hard cancel: %s", self._calls.describe())
             raise
 
     async def _next_line(self) -> bytes | None:
