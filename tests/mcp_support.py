@@ -120,7 +120,8 @@ class ServerProcess:
 
     def __init__(self, process: trio.Process) -> None:
         self.process = process
-        assert process.stdin is not None and process.stdout is not None
+        assert process.stdin is not None
+        assert process.stdout is not None
         # The raw descriptors: the wire writes and reads them as any client.
         self.wire = Wire(process.stdin.fileno(), process.stdout.fileno())
         self.stderr = b""
