@@ -201,6 +201,15 @@ async def test_idle_sigint_and_a_second_sigint_exit_at_once():
             nursery.cancel_scope.cancel()
 
 
+def examples_running() -> list[int]:
+    """The example servers this process started (the SDK's client hides its pid)."""
+    return [
+        child
+        for child in children_of(os.getpid())
+        if str(EXAMPLE) in Path(f"/proc/{child}/cmdline").read_text()
+    ]
+
+
 async def test_the_sdks_own_client(tmp_path: Path):
     parameters = StdioServerParameters(command=sys.executable, args=[str(EXAMPLE)])
     errors = tmp_path / "stderr"
@@ -216,11 +225,7 @@ async def test_the_sdks_own_client(tmp_path: Path):
                 "echo",
                 "sleep",
             ]
-            (pid,) = [
-                child
-                for child in children_of(os.getpid())
-                if str(EXAMPLE) in Path(f"/proc/{child}/cmdline").read_text()
-            ]
+            (pid,) = examples_running()
             results: list[str] = []
 
             async def call_sleep() -> None:
