@@ -7,11 +7,12 @@ from pathlib import Path
 
 import trio_graceful
 import trio_graceful.jobs
+import trio_graceful.mcp
 
 # The packages present their names as trio_graceful.X and
 # trio_graceful.jobs.X; autodoc needs the real modules to read the docstrings
 # of attributes (attrs fields, enum members).
-for _package in (trio_graceful, trio_graceful.jobs):
+for _package in (trio_graceful, trio_graceful.jobs, trio_graceful.mcp):
     for _name, _module in _package._defined_in.items():
         getattr(_package, _name).__module__ = _module
 
@@ -55,6 +56,8 @@ _EXTERNAL = [
     "outcome",
     "attrs",
     "anyio",
+    "mcp",
+    "mcp_types",
     "matplotlib",
     "exceptiongroup",
     "asyncio",

@@ -120,14 +120,15 @@ async def serve_stdio(
       out; a client's ``notifications/cancelled`` still cancels one. When
       none is left, `serve_stdio` returns.
     * End of input on stdin, or a stdout whose reader has gone, asks the
-      runner for a graceful shutdown (`Runner.request_shutdown`), which goes
+      runner for a graceful shutdown
+      (`trio_graceful.Runner.request_shutdown`), which goes
       the same way and exits with status 0.
     * At the hard cancel (the grace ran out, or a second signal) each call
       still running is cancelled and answered with an error (*the call was
       cancelled before it finished*), if stdout can still be written.
 
     Each request's handler runs as a child of the runner's root bundle
-    (`Runner.root`), named after the call (``tools/call sleep (id 3)``): a
+    (`trio_graceful.Runner.root`), named after the call (``tools/call sleep (id 3)``): a
     tool may call `trio_graceful.run_in_thread` or
     `trio_graceful.run_process`, whose threads and processes then hear
     STOP and the hard cancel like any child, and may open an inbox on
