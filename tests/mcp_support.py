@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from .examples_loader import EXAMPLES
+from .helpers import StreamLog
 
 PATIENCE = 60.0
 EXAMPLE = EXAMPLES / "mcp_server.py"
@@ -124,9 +125,8 @@ class ServerProcess:
         assert process.stdout is not None
         # The raw descriptors: the wire writes and reads them as any client.
         self.wire = Wire(process.stdin.fileno(), process.stdout.fileno())
-        self.stderr = b""
-        self._stderr_changed = trio.Event()
-        self._stderr_closed = trio.Event()
+        assert process.stderr is not None
+        self._stderr = StreamLog(process.stderr)
 
     @classmethod
     async def start(cls, nursery: trio.Nursery, argv: list[str]) -> ServerProcess:
@@ -134,22 +134,12 @@ class ServerProcess:
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         server = cls(process)
-        nursery.start_soon(server._collect_stderr)
+        nursery.start_soon(server._stderr.collect)
         await server.wire.initialize()
         return server
 
-    async def _collect_stderr(self) -> None:
-        assert self.process.stderr is not None
-        while data := await self.process.stderr.receive_some():
-            self.stderr += data
-            self._stderr_changed.set()
-            self._stderr_changed = trio.Event()
-        self._stderr_closed.set()
-
     async def wait_stderr(self, text: str) -> None:
-        with trio.fail_after(PATIENCE):
-            while text.encode() not in self.stderr:
-                await self._stderr_changed.wait()
+        await self._stderr.wait_for(text, timeout=PATIENCE)
 
     def kill(self, signum: int = signal.SIGINT) -> None:
         self.process.send_signal(signum)
@@ -159,12 +149,11 @@ class ServerProcess:
         with trio.fail_after(PATIENCE):
             status = await self.process.wait()
         elapsed = trio.current_time() - since
-        with trio.fail_after(PATIENCE):
-            await self._stderr_closed.wait()
+        await self._stderr.wait_closed(timeout=PATIENCE)
         return status, elapsed
 
     def clean_stderr(self) -> str:
-        text = self.stderr.decode()
+        text = self._stderr.data.decode()
         assert "Traceback" not in text, text
         assert "could not acquire lock" not in text, text
         return text
