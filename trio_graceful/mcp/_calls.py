@@ -30,23 +30,13 @@ def describe_call(
     return f"{what} (id {request_id!r})"
 
 
-@attrs.frozen
-class Call:
-    """A request passed on to the SDK and not yet answered."""
-
-    name: str
-    """What `describe_call` calls it."""
-
-    started_at: float
-    """When it was passed on, in Trio time."""
-
-
 @final
 @attrs.define(eq=False)
 class CallTable:
     """The calls in flight, and a way to wait until there are none."""
 
-    _calls: dict[RequestId, Call] = attrs.field(factory=dict[RequestId, Call])
+    # The name of each call, by id, oldest first.
+    _calls: dict[RequestId, str] = attrs.field(factory=dict[RequestId, str])
     _emptied: trio.Event = attrs.field(factory=trio.Event)
 
     def start(
@@ -54,10 +44,10 @@ class CallTable:
     ) -> None:
         """Record a request that is being passed on. Not a checkpoint."""
         name = describe_call(method, params, request_id)
-        self._calls[coerce_request_id(request_id)] = Call(name, trio.current_time())
+        self._calls[coerce_request_id(request_id)] = name
 
-    def end(self, request_id: RequestId) -> Call | None:
-        """Forget a call that was answered or cancelled; return it if it was known.
+    def end(self, request_id: RequestId) -> str | None:
+        """Forget a call that was answered or cancelled; its name, if it was known.
 
         Not a checkpoint.
         """
@@ -66,15 +56,15 @@ class CallTable:
             self._emptied.set()
         return call
 
-    def get(self, request_id: RequestId) -> Call | None:
-        """The call with this id, if it is in flight. Not a checkpoint."""
-        return self._calls.get(coerce_request_id(request_id))
+    def __contains__(self, request_id: RequestId) -> bool:
+        """Whether the call with this id is in flight. Not a checkpoint."""
+        return coerce_request_id(request_id) in self._calls
 
     def describe(self) -> str:
         """``2 calls in flight: a, b`` (oldest first), or ``no call in flight``."""
         if not self._calls:
             return "no call in flight"
-        names = ", ".join(call.name for call in self._calls.values())
+        names = ", ".join(self._calls.values())
         count = len(self._calls)
         return f"{count} {'call' if count == 1 else 'calls'} in flight: {names}"
 

@@ -87,7 +87,7 @@ class WireOut:
             isinstance(message, JSONRPCError)
             and message.error.code == CONNECTION_CLOSED
             and answered is not None
-            and self._calls.get(answered) is not None
+            and answered in self._calls
         ):
             message = shutdown_error(answered, CANCELLED).message
         line = message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"

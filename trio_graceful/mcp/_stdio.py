@@ -271,6 +271,6 @@ class _Session:
         ):
             # The SDK cancels the handler and never answers the request.
             request_id = cancelled_request_id_from_params(message.params)
-            call = None if request_id is None else self._calls.end(request_id)
-            if call is not None:
-                logger.info("the client cancelled %s", call.name)
+            cancelled = None if request_id is None else self._calls.end(request_id)
+            if cancelled is not None:
+                logger.info("the client cancelled %s", cancelled)
