@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -156,6 +157,51 @@ def test_a_thread_in_a_tool_hears_stop_and_answers_at_once():
 
     status, rest = serve(example_server(), script, grace=60, clock=None)
     assert (status, rest, seen) == (0, [], ["stopped"])
+
+
+@pytest.mark.realtime  # a real thread and a real process outlast the grace
+def test_threads_and_processes_that_ignore_stop_end_at_the_deadline(tmp_path, caplog):
+    release = threading.Event()
+    pid_file = tmp_path / "pid"
+    server = MCPServer("stubborn")
+
+    @server.tool()
+    async def stubborn_thread() -> str:
+        return await trio_graceful.run_in_thread(lambda _flag: release.wait(60))
+
+    @server.tool()
+    async def stubborn_process() -> str:
+        script = f"trap '' TERM; echo $$ > {pid_file}; exec sleep 60"
+        await trio_graceful.run_process(["sh", "-c", script])
+        return "ended"
+
+    async def script(wire: Wire) -> None:
+        await wire.initialize()
+        await wire.send(tool_call(1, "stubborn_thread"))
+        await wire.send(tool_call(2, "stubborn_process"))
+        with trio.fail_after(60):
+            while not pid_file.exists() or not pid_file.read_text():  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        signal.raise_signal(signal.SIGINT)
+        await trio.sleep_forever()  # until the hard cancel
+
+    try:
+        status, rest = serve(server, script, grace=0.5, clock=None)
+    finally:
+        release.set()
+    assert status == 130
+    assert sorted((a["id"], a["error"]["message"]) for a in rest) == [
+        (1, SHUTTING_DOWN + "the call was cancelled before it finished"),
+        (2, SHUTTING_DOWN + "the call was cancelled before it finished"),
+    ]
+    with pytest.raises(ProcessLookupError):  # killed at the deadline, and reaped
+        os.kill(int(pid_file.read_text()), 0)
+    (summary,) = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("bundle 'root': ") and "finished" in r.getMessage()
+    ]
+    assert "1 abandoned" in summary  # the thread
 
 
 def test_the_clients_cancellation_hard_cancels_that_call_only(caplog):
