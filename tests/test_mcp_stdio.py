@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import Awaitable, Callable
@@ -308,7 +309,7 @@ async def test_fds_must_be_a_pair_of_descriptors(fds: object):
     with pytest.raises(
         TypeError,
         match=rf"^fds must be None or a pair of file descriptors \(read, write\), "
-        rf"not {__import__('re').escape(repr(fds))}$",
+        rf"not {re.escape(repr(fds))}$",
     ):
         await serve_stdio(MCPServer("x"), fds=fds)  # type: ignore[arg-type]
 
