@@ -8,11 +8,17 @@ from pathlib import Path
 import trio_graceful
 import trio_graceful.asgi
 import trio_graceful.jobs
+import trio_graceful.mcp
 
 # The packages present their names as trio_graceful.X and
 # trio_graceful.jobs.X; autodoc needs the real modules to read the docstrings
 # of attributes (attrs fields, enum members).
-for _package in (trio_graceful, trio_graceful.jobs, trio_graceful.asgi):
+for _package in (
+    trio_graceful,
+    trio_graceful.jobs,
+    trio_graceful.asgi,
+    trio_graceful.mcp,
+):
     for _name, _module in _package._defined_in.items():
         getattr(_package, _name).__module__ = _module
 
@@ -59,6 +65,8 @@ _EXTERNAL = [
     "hypercorn",
     "starlette",
     "quart_trio",
+    "mcp",
+    "mcp_types",
     "matplotlib",
     "exceptiongroup",
     "asyncio",

@@ -12,10 +12,15 @@ import pytest
 
 import trio_graceful
 import trio_graceful.jobs
+import trio_graceful.mcp
 
 DOCS = Path(__file__).parent.parent / "docs"
 # Each package and the page that holds its reference.
-PACKAGES = [(trio_graceful, "reference.rst"), (trio_graceful.jobs, "jobs.rst")]
+PACKAGES = [
+    (trio_graceful, "reference.rst"),
+    (trio_graceful.jobs, "jobs.rst"),
+    (trio_graceful.mcp, "reference.rst"),
+]
 # Type aliases described in the text of a function that takes them.
 UNLISTED = {"TraceHook"}  # described in add_trace_hook
 
