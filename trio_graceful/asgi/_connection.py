@@ -16,12 +16,14 @@ a drain needs it to:
   nothing.
 * **Closing** is a FIN, never a reset: everything queued is sent, the write
   side is shut, and what the client still sends is read and dropped until it
-  closes too (at most `LINGER` seconds), so that the kernel has no unread
-  data that would turn the close into an RST.
+  closes too (at most `LINGER` seconds, never past the cut-off), and what is
+  left unread then is dropped too, so that the kernel has no unread data that
+  would turn the close into an RST.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -44,6 +46,8 @@ MAX_RECV = 2**16
 # Seconds a closed connection waits for the client's own FIN.
 LINGER = 1.0
 _NOTHING_YET = (errno.EAGAIN, errno.EWOULDBLOCK)
+# At most this many reads of MAX_RECV are dropped before a close.
+_DISCARD_READS = 16
 
 
 @final
@@ -156,6 +160,8 @@ class Connection:
         except Exception:
             logger.exception("connection from %s failed", self.name)
         finally:
+            if self._socket.fileno() != -1:
+                self._discard_unread()
             await trio.aclose_forcefully(self._stream)
             self._core.connection_ended(self)
 
@@ -247,15 +253,26 @@ class Connection:
 
     def _peek(self) -> bytes | None:
         """Return the socket's unread bytes (b"" at EOF), or None if there are none."""
-        with socket.fromfd(
-            self._socket.fileno(), self._socket.family, socket.SOCK_STREAM
-        ) as dup:
+        with self._duplicate() as dup:
             try:
                 return dup.recv(MAX_RECV, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             except OSError as exc:
                 if exc.errno in _NOTHING_YET:
                     return None
                 return b""  # reset: the reader will find out
+
+    def _discard_unread(self) -> None:
+        """Drop what the socket holds unread: closing it then sends no reset."""
+        with self._duplicate() as dup, contextlib.suppress(OSError):
+            for _ in range(_DISCARD_READS):
+                if not dup.recv(MAX_RECV, socket.MSG_DONTWAIT):
+                    return
+
+    def _duplicate(self) -> socket.socket:
+        # A duplicate of the descriptor reads the same socket without
+        # blocking, and without Trio's wait for readiness.
+        sock = self._socket
+        return socket.fromfd(sock.fileno(), sock.family, socket.SOCK_STREAM)
 
     def _wake(self) -> None:
         if self._receiving:
