@@ -22,6 +22,7 @@ import contextlib
 import functools
 import json
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -50,6 +51,8 @@ pytestmark = pytest.mark.realtime
 
 example = load_example("quart_service")
 
+# Linux's TCP state once a FIN has come in; a reset leaves it CLOSE (7).
+CLOSE_WAIT = 8
 SHUTTING_DOWN = (1001, "the server is shutting down")
 # What the lifespan saw: its shutdown came after the last connection.
 LIFESPAN = ["startup", "shutdown: 0 connections open, 0 requests running"]
@@ -75,18 +78,14 @@ class Wire:
     `send` writes requests back to back (pipelined); `head`, `body` and
     `response` read one response at a time with h11, keeping what follows
     it; `raw` is every byte received. `fin` checks that the server closed
-    with a FIN: a reset makes ``receive_some`` raise
-    `trio.BrokenResourceError`.
+    with a FIN and no reset (Linux's TCP state says which came).
     """
 
     stream: trio.SocketStream
     raw: bytes = b""
     _unparsed: bytes = b""
+    _eof: bool = False
     _parser: h11.Connection = attrs.field(init=False)
-
-    @classmethod
-    async def open(cls, port: int) -> Wire:
-        return cls(await trio.open_tcp_stream("127.0.0.1", port))
 
     async def send(self, *targets: str) -> None:
         await self.stream.send_all(
@@ -129,10 +128,34 @@ class Wire:
             self._parser.receive_data(data)
         return event
 
+    async def replies(self) -> list[Reply]:
+        """Read responses until the server closes, then check the close (`fin`)."""
+        replies: list[Reply] = []
+        while self._unparsed or await self._more():
+            replies.append(await self.response())
+        await self.fin()
+        return replies
+
+    async def _more(self) -> bool:
+        data = await self.stream.receive_some()
+        self.raw += data
+        self._unparsed = data
+        self._eof = not data
+        return not self._eof
+
     async def fin(self) -> None:
+        """Check that the server closed with a FIN, and has sent no reset."""
         assert self._unparsed == b""
-        assert await self.stream.receive_some() == b""
+        if not self._eof:
+            assert await self.stream.receive_some() == b""
+        assert_fin_not_reset(self.stream)
         await self.stream.aclose()
+
+
+def assert_fin_not_reset(stream: trio.SocketStream) -> None:
+    """Check that ``stream`` got a FIN (end of file was read), and no reset."""
+    state = stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+    assert state == CLOSE_WAIT, f"TCP state {state}: the server reset the connection"
 
 
 # -- the app and its server --------------------------------------------------------
@@ -147,12 +170,23 @@ class Served:
     release: trio.Event = attrs.field(factory=trio.Event)
     report: trio_graceful.CancelReport | None = None
     _arrived: trio.Event = attrs.field(factory=trio.Event)
+    _wires: list[Wire] = attrs.field(factory=list)
     bundle: trio_graceful.Bundle = attrs.field(init=False)
     server: trio_graceful.asgi.AsgiServer = attrs.field(init=False)
 
     @property
     def port(self) -> int:
         return self.server.addresses[0][1]
+
+    async def wire(self) -> Wire:
+        """Connect a `Wire` to the server (closed at the end of `serving`)."""
+        wire = Wire(await trio.open_tcp_stream("127.0.0.1", self.port))
+        self._wires.append(wire)
+        return wire
+
+    def close_wires(self) -> None:
+        for wire in self._wires:
+            wire.stream.socket.close()
 
     def arrive(self, what: str) -> None:
         self.arrivals.append(what)
@@ -172,7 +206,7 @@ class Served:
 
         The app's word for it is the answer to ``/stop-info``, sent before.
         """
-        info = await Wire.open(self.port)
+        info = await self.wire()
         await info.send("/stop-info")
         await self.wait_arrived("GET /stop-info")
         nursery.start_soon(self.shutdown, grace)
@@ -265,7 +299,10 @@ async def serving() -> AsyncIterator[Served]:
             )
         )
         assert served.lifespan == ["startup"]
-        yield served
+        try:
+            yield served
+        finally:
+            served.close_wires()
         if not bundle.cancelling:
             bundle.cancel_scope.cancel()
 
@@ -275,12 +312,12 @@ async def serving() -> AsyncIterator[Served]:
 
 async def test_stop_closes_the_listener_and_idle_connections_at_once():
     async with serving() as served, trio.open_nursery() as nursery:
-        idle = await Wire.open(served.port)
+        idle = await served.wire()
         await idle.send("/work?ms=0")
         reply = await idle.response()
         assert (reply.status, reply.json()) == (200, {"worked_ms": 0})
         assert "connection" not in reply.headers  # kept alive
-        busy = await Wire.open(served.port)
+        busy = await served.wire()
         await busy.send("/hold")
         await served.wait_arrived("GET /hold")
         t0 = trio.current_time()
@@ -306,20 +343,20 @@ async def test_stop_closes_the_listener_and_idle_connections_at_once():
 @pytest.mark.parametrize("where", ["in the server's buffers", "in the socket"])
 async def test_requests_pipelined_before_stop_are_all_answered(where):
     async with serving() as served, trio.open_nursery() as nursery:
-        wire = await Wire.open(served.port)
+        wire = await served.wire()
         if where == "in the server's buffers":
             # One write: the server has read the two behind /hold with it.
             await wire.send("/hold", "/work?ms=1", "/work?ms=2")
             await served.wait_arrived("GET /hold")
         else:
-            # The server reads no more while /hold runs: these stay unread.
-            await wire.send("/hold")
+            # With a request in its buffers behind /hold, the server reads no
+            # more while /hold runs: the last one stays in the socket.
+            await wire.send("/hold", "/work?ms=1")
             await served.wait_arrived("GET /hold")
-            await wire.send("/work?ms=1", "/work?ms=2")
+            await wire.send("/work?ms=2")
         await served.stop(nursery)
         served.release.set()
-        replies = [await wire.response() for _ in range(3)]
-        await wire.fin()
+        replies = await wire.replies()
     assert [(r.status, r.body, r.headers.get("connection")) for r in replies] == [
         (200, b"held", None),
         (200, b'{"worked_ms":1}\n', None),
@@ -403,8 +440,8 @@ async def test_a_websocket_closes_with_1001_and_waits_for_the_clients_close():
         assert served.server.statistics().connections_open == 1
         assert served.lifespan == ["startup"]
         await ws.send_close(1001)
-        # Then a FIN (a reset would raise).
         assert await ws.stream.receive_some() == b""
+        assert_fin_not_reset(ws.stream)
     served.assert_drained()
 
 
@@ -447,15 +484,15 @@ async def test_the_websockets_library_client_hears_1001_and_answers_it():
 
 async def test_at_the_cut_off_a_request_not_answered_yet_gets_a_503():
     async with serving() as served, trio.open_nursery() as nursery:
-        wire = await Wire.open(served.port)
+        wire = await served.wire()
         await wire.send("/hang")
         await served.wait_arrived("GET /hang")
         t0 = trio.current_time()
         info = await served.stop(nursery, grace=1)
         # The cut-off: the last tenth of a 1 s grace is kept.
-        assert 0.5 < info.json()["left"] <= 0.9
+        assert 0 < info.json()["left"] <= 0.9
         reply = await wire.response()
-        assert 0.5 < trio.current_time() - t0 < 1
+        assert trio.current_time() - t0 > 0.8
         await wire.fin()
     assert reply == Reply(
         503,
@@ -472,9 +509,42 @@ async def test_at_the_cut_off_a_request_not_answered_yet_gets_a_503():
     served.assert_drained()
 
 
+async def test_at_the_cut_off_requests_pipelined_behind_get_a_503_too():
+    # AsgiServerStatistics.requests_cut_off: "answered 503 without running,
+    # if pipelined behind one".
+    async with serving() as served, trio.open_nursery() as nursery:
+        wire = await served.wire()
+        await wire.send("/hang", "/work?ms=1")
+        await served.wait_arrived("GET /hang")
+        await served.stop(nursery, grace=1)
+        replies = await wire.replies()
+    assert [reply.status for reply in replies] == [503, 503]
+    assert replies[-1].headers["connection"] == "close"
+    assert served.arrivals == ["GET /hang", "GET /stop-info"]
+    served.assert_drained()
+
+
+async def test_at_the_cut_off_a_request_left_in_the_socket_does_not_cause_a_reset():
+    async with serving() as served:
+        wire = await served.wire()
+        async with trio.open_nursery() as nursery:
+            # The server reads /hang and /work?ms=1, then no more while
+            # /hang runs: /work?ms=2 stays in the socket.
+            await wire.send("/hang", "/work?ms=1")
+            await served.wait_arrived("GET /hang")
+            await wire.send("/work?ms=2")
+            await served.stop(nursery, grace=1)
+        # The server has ended: it has closed every socket. The client reads
+        # only now, as a slow one would.
+        replies = await wire.replies()
+    assert replies[0].status == 503
+    assert replies[-1].headers["connection"] == "close"
+    served.assert_drained()
+
+
 async def test_at_the_cut_off_a_stream_ends_with_its_terminating_chunk():
     async with serving() as served, trio.open_nursery() as nursery:
-        wire = await Wire.open(served.port)
+        wire = await served.wire()
         await wire.send("/drip")
         head = await wire.head()
         assert (head.status_code, dict(head.headers)[b"transfer-encoding"]) == (
