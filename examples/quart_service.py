@@ -7,8 +7,8 @@ The app is a ``quart_trio.QuartTrio`` served by
 * ``GET /work?ms=N``: works N ms, then answers ``{"worked_ms": N}``.
 * ``GET /events?ms=M``: a server-sent-events stream, ``data: i`` every M ms
   (500 by default). At STOP it sends one last ``event: bye`` and ends.
-* A WebSocket at ``/echo`` that echoes text. At STOP it closes with 1001 and
-  waits for the client's CLOSE.
+* A WebSocket at ``/echo`` that echoes each message. At STOP it closes with
+  1001 and waits for the client's CLOSE.
 * The lifespan (``before_serving``, ``after_serving``) logs ``startup`` and
   ``shutdown``; the shutdown comes once the last connection has closed.
 
