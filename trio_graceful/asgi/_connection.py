@@ -62,6 +62,9 @@ class Connection:
             stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
         )
         self._socket = transport.socket
+        address = _host_and_port(self._socket.getpeername())
+        self.name = "connection" if address is None else "{}:{}".format(*address)
+        """The client's address, as the connection's task is named."""
         self._protocol: ServerProtocol | None = None
         # Bytes the protocol has written: queued, then the part of the
         # current send that has not gone out yet.
@@ -149,13 +152,13 @@ class Connection:
                     await self._serve(helpers)
                     helpers.cancel_scope.cancel()  # HTTP/2's sender, pings
         except Exception:
-            logger.exception("connection %s failed", self._name())
+            logger.exception("connection from %s failed", self.name)
         finally:
             await trio.aclose_forcefully(self._stream)
             self._core.connection_ended(self)
 
     async def _serve(self, helpers: trio.Nursery) -> None:
-        async with open_bundle(name=self._name()) as apps:
+        async with open_bundle(name="requests") as apps:
             self._apps = apps
             self._protocol = protocol = self._open_protocol(
                 AppTasks(apps, helpers, self)
@@ -168,13 +171,6 @@ class Connection:
             self._closing = True
             await protocol.handle(Closed())
             await self._close_transport()
-
-    def _name(self) -> str:
-        try:
-            host, port = self._socket.getpeername()[:2]
-        except OSError:
-            return "connection"
-        return f"{host}:{port}"
 
     async def _handshake(self) -> bool:
         stream = self._stream

@@ -17,6 +17,7 @@ from hypercorn.config import Config
 from hypercorn.trio.worker_context import EventWrapper, TrioSingleTask
 from hypercorn.typing import AppWrapper, Event, SingleTask
 
+from .._threads import ThreadBudget
 from ._stop import Drain
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ class AsgiServerStatistics:
     requests_cut_off: int
     """Requests still running at the cut-off, which ended their responses
     (or were answered 503 without running, if pipelined behind one)."""
+
+    threads_abandoned: int
+    """Threads of `sync_to_async` calls whose request was cut off while they
+    ran (they run on, holding their tokens, until they return)."""
 
     draining: bool
     """True once the server got STOP."""
@@ -79,11 +84,11 @@ class _Context:
 class ServerCore:
     """The state one server's connections share (see the module docstring)."""
 
-    def __init__(self, app: AppWrapper, config: Config) -> None:
+    def __init__(self, app: AppWrapper, config: Config, budget: ThreadBudget) -> None:
         self.app = app
         self.config = config
         self.context = _Context(self)
-        self.drain = Drain()
+        self.drain = Drain(budget)
         self.lifespan_state: dict[str, Any] = {}
         self.connections: set[Connection] = set()
         self.connections_total = 0
@@ -123,5 +128,6 @@ class ServerCore:
             requests_running=sum(len(c.requests) for c in self.connections),
             requests_total=self.requests_total,
             requests_cut_off=self.requests_cut_off,
+            threads_abandoned=len(self.drain.threads_abandoned),
             draining=self.drain.stopped.is_set(),
         )

@@ -25,7 +25,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+import h2.events
 import h11
+from h2.errors import ErrorCodes
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Event as StreamEvent, Response
@@ -130,6 +132,21 @@ class DrainingH11Protocol(H11Protocol):
 class DrainingH2Protocol(H2Protocol):
     """Hypercorn's HTTP/2 protocol, sending GOAWAY as soon as STOP comes."""
 
+    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+        if self.context.terminated.is_set():
+            # Refuse a stream opened after STOP with REFUSED_STREAM, which
+            # tells the client it was not processed and may be retried
+            # (Hypercorn resets it with NO_ERROR), and drop its other frames.
+            refused = {
+                event.stream_id
+                for event in events
+                if isinstance(event, h2.events.RequestReceived)
+            }
+            for stream_id in refused:
+                self.connection.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            events = [event for event in events if _stream_of(event) not in refused]
+        await super()._handle_events(events)
+
     async def begin_drain(self) -> None:
         """Announce the shutdown: GOAWAY now, the open streams finish."""
         if self.idle:
@@ -143,6 +160,11 @@ class DrainingH2Protocol(H2Protocol):
             )
             await self.send(RawData(data=frame.serialize()))
         await self._flush()
+
+
+def _stream_of(event: h2.events.Event) -> int | None:
+    stream_id: object = getattr(event, "stream_id", None)
+    return stream_id if isinstance(stream_id, int) else None
 
 
 class ServerProtocol:

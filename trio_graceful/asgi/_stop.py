@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from .._stop import STOP, StopType
-from .._threads import StopFlag
+from .._threads import StopFlag, ThreadBudget
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -33,14 +33,20 @@ R = TypeVar("R")
 
 @attrs.define(eq=False)
 class Drain:
-    """One server's drain: when STOP came and when requests are cut off."""
+    """One server's drain: when STOP came and when requests are cut off.
 
+    And the thread budget of its sync endpoints, whose abandoned threads it
+    counts.
+    """
+
+    budget: ThreadBudget
     stopped: trio.Event = attrs.field(factory=trio.Event)
     # Threads read this one; a trio.Event is for the Trio thread only.
     flag: threading.Event = attrs.field(factory=threading.Event)
     # Trio time: the cut-off for requests, and the hard deadline after it.
     cutoff: float = math.inf
     deadline: float = math.inf
+    threads_abandoned: list[str] = attrs.field(factory=list[str])
     # The scopes of the until_stop calls under way, cancelled at STOP.
     _waiting: set[trio.CancelScope] = attrs.field(factory=set["trio.CancelScope"])
 
@@ -79,7 +85,7 @@ def enter_drain(drain: Drain) -> None:
     _current.set(drain)
 
 
-def _drain(function: str) -> Drain:
+def current_drain(function: str) -> Drain:
     try:
         return _current.get()
     except LookupError:
@@ -99,7 +105,7 @@ def stop_requested() -> bool:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    return _drain("stop_requested").flag.is_set()
+    return current_drain("stop_requested").flag.is_set()
 
 
 async def wait_stop() -> None:
@@ -110,7 +116,7 @@ async def wait_stop() -> None:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    await _drain("wait_stop").stopped.wait()
+    await current_drain("wait_stop").stopped.wait()
 
 
 async def until_stop(
@@ -134,7 +140,7 @@ async def until_stop(
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    return await _drain("until_stop").until_stop(async_fn, args)
+    return await current_drain("until_stop").until_stop(async_fn, args)
 
 
 def stop_deadline() -> float:
@@ -147,7 +153,7 @@ def stop_deadline() -> float:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    return _drain("stop_deadline").cutoff
+    return current_drain("stop_deadline").cutoff
 
 
 def current_stop_flag() -> StopFlag:
@@ -160,5 +166,5 @@ def current_stop_flag() -> StopFlag:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    event = _drain("current_stop_flag").flag
+    event = current_drain("current_stop_flag").flag
     return StopFlag._create(event)  # pyright: ignore[reportPrivateUsage]
