@@ -19,8 +19,8 @@ except where the cut-off is the point: there it is 1 s.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
+import logging
 import signal
 import socket
 import subprocess
@@ -29,8 +29,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
 
 import attrs
-import h11
 import httpx
+import hypercorn.config
 import pytest
 import trio
 import trio.testing
@@ -46,6 +46,7 @@ import trio_graceful.asgi
 from ..examples_loader import EXAMPLES, load_example
 from ..process_support import PATIENCE, LineReader, running
 from ..websocket_clients import open_wire_client
+from .support import Answer, RawClient, Served, serving
 
 pytestmark = pytest.mark.realtime
 
@@ -58,135 +59,58 @@ SHUTTING_DOWN = (1001, "the server is shutting down")
 LIFESPAN = ["startup", "shutdown: 0 connections open, 0 requests running"]
 
 
-# -- a raw HTTP/1.1 client ------------------------------------------------------
+def answers_until_close(answers: list[Answer]) -> list[tuple[int, bytes, bool]]:
+    return [(a.status, a.body, a.closes) for a in answers]
 
 
-@attrs.frozen
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
+async def read_to_the_end(client: RawClient) -> list[Answer]:
+    """Read responses until one says ``Connection: close``, then check that
+    the server closed with a FIN and sent no reset."""
+    answers = [await client.answer()]
+    while not answers[-1].closes:
+        answers.append(await client.answer())
+    await assert_fin_not_reset(client)
+    return answers
 
-    def json(self) -> Any:
-        return json.loads(self.body)
 
+async def assert_fin_not_reset(client: RawClient) -> None:
+    """Check that the server closed with a FIN, nothing after it, and no
+    reset; then close the client's side too.
 
-@attrs.define(eq=False)
-class Wire:
-    """HTTP/1.1 on one socket, as raw as a test needs it.
-
-    `send` writes requests back to back (pipelined); `head`, `body` and
-    `response` read one response at a time with h11, keeping what follows
-    it; `raw` is every byte received. `fin` checks that the server closed
-    with a FIN and no reset (Linux's TCP state says which came).
+    A reset that follows the FIN does not show as an error when reading on
+    Linux (end of file wins); the TCP state does show it.
     """
-
-    stream: trio.SocketStream
-    raw: bytes = b""
-    _unparsed: bytes = b""
-    _eof: bool = False
-    _parser: h11.Connection = attrs.field(init=False)
-
-    async def send(self, *targets: str) -> None:
-        await self.stream.send_all(
-            b"".join(
-                f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
-                for target in targets
-            )
-        )
-
-    async def head(self) -> h11.Response:
-        # h11 reads a response only after its own request: pretend one.
-        parser = h11.Connection(h11.CLIENT)
-        parser.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
-        parser.send(h11.EndOfMessage())
-        if self._unparsed:  # receive_data(b"") would mean end of file
-            parser.receive_data(self._unparsed)
-            self._unparsed = b""
-        self._parser = parser
-        event = await self._next()
-        assert isinstance(event, h11.Response), event
-        return event
-
-    async def body(self) -> bytes:
-        body = b""
-        while not isinstance(event := await self._next(), h11.EndOfMessage):
-            assert isinstance(event, h11.Data), event
-            body += event.data
-        self._unparsed = self._parser.trailing_data[0]
-        return body
-
-    async def response(self) -> Reply:
-        head = await self.head()
-        headers = {name.decode(): value.decode() for name, value in head.headers}
-        return Reply(head.status_code, headers, await self.body())
-
-    async def _next(self) -> object:
-        while (event := self._parser.next_event()) is h11.NEED_DATA:
-            data = await self.stream.receive_some()
-            self.raw += data
-            self._parser.receive_data(data)
-        return event
-
-    async def replies(self) -> list[Reply]:
-        """Read responses until the server closes, then check the close (`fin`)."""
-        replies: list[Reply] = []
-        while self._unparsed or await self._more():
-            replies.append(await self.response())
-        await self.fin()
-        return replies
-
-    async def _more(self) -> bool:
-        data = await self.stream.receive_some()
-        self.raw += data
-        self._unparsed = data
-        self._eof = not data
-        return not self._eof
-
-    async def fin(self) -> None:
-        """Check that the server closed with a FIN, and has sent no reset."""
-        assert self._unparsed == b""
-        if not self._eof:
-            assert await self.stream.receive_some() == b""
-        assert_fin_not_reset(self.stream)
-        await self.stream.aclose()
-
-
-def assert_fin_not_reset(stream: trio.SocketStream) -> None:
-    """Check that ``stream`` got a FIN (end of file was read), and no reset."""
-    state = stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
-    assert state == CLOSE_WAIT, f"TCP state {state}: the server reset the connection"
+    assert await client.end() == "eof"
+    assert client.extra == b""
+    assert isinstance(client.stream, trio.SocketStream)
+    tcp_info = client.stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)
+    assert tcp_info[0] == CLOSE_WAIT, f"TCP state {tcp_info[0]}: a reset came"
+    await client.aclose()
 
 
 # -- the app and its server --------------------------------------------------------
 
 
 @attrs.define(eq=False)
-class Served:
+class Running:
     """The test app's server, and what its app recorded."""
 
     arrivals: list[str] = attrs.field(factory=list)
     lifespan: list[str] = attrs.field(factory=list)
     release: trio.Event = attrs.field(factory=trio.Event)
-    report: trio_graceful.CancelReport | None = None
     _arrived: trio.Event = attrs.field(factory=trio.Event)
-    _wires: list[Wire] = attrs.field(factory=list)
-    bundle: trio_graceful.Bundle = attrs.field(init=False)
-    server: trio_graceful.asgi.AsgiServer = attrs.field(init=False)
+    served: Served = attrs.field(init=False)
+
+    @property
+    def server(self) -> trio_graceful.asgi.AsgiServer:
+        return self.served.server
 
     @property
     def port(self) -> int:
         return self.server.addresses[0][1]
 
-    async def wire(self) -> Wire:
-        """Connect a `Wire` to the server (closed at the end of `serving`)."""
-        wire = Wire(await trio.open_tcp_stream("127.0.0.1", self.port))
-        self._wires.append(wire)
-        return wire
-
-    def close_wires(self) -> None:
-        for wire in self._wires:
-            wire.stream.socket.close()
+    async def connect(self) -> RawClient:
+        return await self.served.connect()
 
     def arrive(self, what: str) -> None:
         self.arrivals.append(what)
@@ -198,26 +122,33 @@ class Served:
         while not set(what) <= set(self.arrivals):
             await self._arrived.wait()
 
-    async def shutdown(self, grace: float) -> None:
-        self.report = await self.bundle.shutdown(grace=grace)
-
-    async def stop(self, nursery: trio.Nursery, grace: float = PATIENCE) -> Reply:
+    async def stop(self, nursery: trio.Nursery, grace: float = PATIENCE) -> Any:
         """Begin the shutdown, and return once the app has heard STOP.
 
-        The app's word for it is the answer to ``/stop-info``, sent before.
+        The app's word for it is its answer to ``/stop-info``, asked before;
+        that answer is returned.
         """
-        info = await self.wire()
-        await info.send("/stop-info")
+        client = await self.connect()
+        await client.send("/stop-info")
         await self.wait_arrived("GET /stop-info")
-        nursery.start_soon(self.shutdown, grace)
-        reply = await info.response()
-        await info.fin()
-        return reply
+        self.served.shutdown_soon(nursery, grace)
+        [answer] = await read_to_the_end(client)
+        return json.loads(answer.body)
+
+    async def cut_off_soon(
+        self, nursery: trio.Nursery, *targets: str
+    ) -> tuple[RawClient, Any]:
+        """Send ``targets`` pipelined, wait until the first has begun, then
+        STOP with a 1 s grace; return the client and the answer of `stop`."""
+        client = await self.connect()
+        await client.send(*targets)
+        await self.wait_arrived("GET " + targets[0].split("?")[0])
+        return client, await self.stop(nursery, grace=1)
 
     def assert_drained(self) -> None:
         """Check that the server ended in its grace, the lifespan last."""
-        assert self.report is not None
-        assert self.report.graceful
+        assert self.served.report is not None
+        assert self.served.report.graceful
         assert self.lifespan == LIFESPAN
 
     async def refused(self) -> None:
@@ -226,7 +157,7 @@ class Served:
             await trio.open_tcp_stream("127.0.0.1", self.port)
 
 
-def make_app(served: Served) -> QuartTrio:
+def make_app(served: Running) -> QuartTrio:
     app = example.make_app()
 
     @app.before_serving
@@ -287,89 +218,77 @@ def make_app(served: Served) -> QuartTrio:
 
 
 @contextlib.asynccontextmanager
-async def serving() -> AsyncIterator[Served]:
-    served = Served()
-    app = make_app(served)
-    async with trio_graceful.open_bundle(name="test") as bundle:
-        served.bundle = bundle
-        _, inbox = bundle.open_inbox()
-        served.server = await bundle.start(
-            functools.partial(
-                trio_graceful.asgi.serve_asgi, inbox, app, bind="127.0.0.1:0"
-            )
-        )
-        assert served.lifespan == ["startup"]
-        try:
-            yield served
-        finally:
-            served.close_wires()
-        if not bundle.cancelling:
-            bundle.cancel_scope.cancel()
+async def running_app() -> AsyncIterator[Running]:
+    running = Running()
+    async with serving(make_app(running)) as served:
+        running.served = served
+        assert running.lifespan == ["startup"]
+        yield running
 
 
 # -- at STOP ------------------------------------------------------------------
 
 
 async def test_stop_closes_the_listener_and_idle_connections_at_once():
-    async with serving() as served, trio.open_nursery() as nursery:
-        idle = await served.wire()
+    async with running_app() as running, trio.open_nursery() as nursery:
+        idle = await running.connect()
         await idle.send("/work?ms=0")
-        reply = await idle.response()
-        assert (reply.status, reply.json()) == (200, {"worked_ms": 0})
-        assert "connection" not in reply.headers  # kept alive
-        busy = await served.wire()
+        answer = await idle.answer()
+        assert (answer.status, answer.body, answer.closes) == (
+            200,
+            b'{"worked_ms":0}\n',
+            False,
+        )
+        busy = await running.connect()
         await busy.send("/hold")
-        await served.wait_arrived("GET /hold")
+        await running.wait_arrived("GET /hold")
         t0 = trio.current_time()
-        info = await served.stop(nursery)
+        info = await running.stop(nursery)
         # wait_stop() returned, stop_requested() says so, and the cut-off is
         # a second before the hard deadline.
-        assert info.headers["connection"] == "close"
-        assert info.json()["stop_requested"] is True
-        assert PATIENCE - 1 - 5 < info.json()["left"] <= PATIENCE - 1
-        await served.refused()
+        assert info["stop_requested"] is True
+        assert PATIENCE - 1 - 5 < info["left"] <= PATIENCE - 1
+        await running.refused()
         # While a request still runs, the idle connection has its FIN.
-        await idle.fin()
-        assert served.server.running_requests() == ["GET /hold"]
+        await assert_fin_not_reset(idle)
+        assert running.server.running_requests() == ["GET /hold"]
         assert trio.current_time() - t0 < 5
-        served.release.set()
-        reply = await busy.response()
-        assert (reply.status, reply.body) == (200, b"held")
-        assert reply.headers["connection"] == "close"
-        await busy.fin()
-    served.assert_drained()
+        running.release.set()
+        answers = await read_to_the_end(busy)
+    assert answers_until_close(answers) == [(200, b"held", True)]
+    running.assert_drained()
 
 
 @pytest.mark.parametrize("where", ["in the server's buffers", "in the socket"])
 async def test_requests_pipelined_before_stop_are_all_answered(where):
-    async with serving() as served, trio.open_nursery() as nursery:
-        wire = await served.wire()
+    async with running_app() as running, trio.open_nursery() as nursery:
+        client = await running.connect()
         if where == "in the server's buffers":
             # One write: the server has read the two behind /hold with it.
-            await wire.send("/hold", "/work?ms=1", "/work?ms=2")
-            await served.wait_arrived("GET /hold")
+            await client.send("/hold", "/work?ms=1", "/work?ms=2")
+            await running.wait_arrived("GET /hold")
         else:
             # With a request in its buffers behind /hold, the server reads no
             # more while /hold runs: the last one stays in the socket.
-            await wire.send("/hold", "/work?ms=1")
-            await served.wait_arrived("GET /hold")
-            await wire.send("/work?ms=2")
-        await served.stop(nursery)
-        served.release.set()
-        replies = await wire.replies()
-    assert [(r.status, r.body, r.headers.get("connection")) for r in replies] == [
-        (200, b"held", None),
-        (200, b'{"worked_ms":1}\n', None),
-        (200, b'{"worked_ms":2}\n', "close"),
+            await client.send("/hold", "/work?ms=1")
+            await running.wait_arrived("GET /hold")
+            await client.send("/work?ms=2")
+        await running.stop(nursery)
+        running.release.set()
+        answers = await read_to_the_end(client)
+    assert answers_until_close(answers) == [
+        (200, b"held", False),
+        (200, b'{"worked_ms":1}\n', False),
+        (200, b'{"worked_ms":2}\n', True),
     ]
-    assert served.arrivals == ["GET /hold", "GET /stop-info", "GET /work", "GET /work"]
-    served.assert_drained()
+    assert running.arrivals == ["GET /hold", "GET /stop-info", "GET /work", "GET /work"]
+    running.assert_drained()
 
 
 async def test_a_sync_view_in_a_thread_sees_its_stop_flag():
     async with (
-        serving() as served,
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{served.port}") as client,
+        running_app() as running,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.port}") as client,
         trio.open_nursery() as nursery,
     ):
         replies: list[httpx.Response] = []
@@ -378,34 +297,33 @@ async def test_a_sync_view_in_a_thread_sees_its_stop_flag():
             replies.append(await client.get("/thread"))
 
         nursery.start_soon(get)
-        await served.wait_arrived("GET /thread")
-        await served.stop(nursery)
+        await running.wait_arrived("GET /thread")
+        await running.stop(nursery)
     [reply] = replies
     assert (reply.status_code, reply.json()) == (200, {"set": True})
     assert reply.headers["connection"] == "close"
-    served.assert_drained()
+    running.assert_drained()
 
 
 # -- streams and WebSockets hear STOP in band ---------------------------------------
 
 
 async def test_an_sse_stream_sends_its_last_event_and_ends():
-    url = "http://127.0.0.1:{}/events?ms=20"
     async with (
-        serving() as served,
+        running_app() as running,
         trio.open_nursery() as nursery,
         httpx.AsyncClient() as client,
-        client.stream("GET", url.format(served.port)) as response,
+        client.stream("GET", f"http://127.0.0.1:{running.port}/events?ms=20") as sse,
     ):
-        assert response.headers["content-type"].startswith("text/event-stream")
-        assert response.headers["transfer-encoding"] == "chunked"
-        lines = response.aiter_lines()
+        assert sse.headers["content-type"].startswith("text/event-stream")
+        assert sse.headers["transfer-encoding"] == "chunked"
+        lines = sse.aiter_lines()
         assert await anext(lines) == "data: 0"
-        await served.stop(nursery)
+        await running.stop(nursery)
         # httpx raises if the chunked body does not end properly.
         rest = [line async for line in lines]
     assert_ends_with_bye(rest)
-    served.assert_drained()
+    running.assert_drained()
 
 
 def assert_ends_with_bye(rest: list[str]) -> None:
@@ -423,26 +341,25 @@ def assert_ends_with_bye(rest: list[str]) -> None:
 
 async def test_a_websocket_closes_with_1001_and_waits_for_the_clients_close():
     async with (
-        serving() as served,
+        running_app() as running,
         trio.open_nursery() as nursery,
-        open_wire_client(served.port, target="/echo") as ws,
+        open_wire_client(running.port, target="/echo") as ws,
     ):
         await ws.send_text("hello")
         event = await ws.receive()
         assert isinstance(event, wsproto.events.TextMessage), event
         assert event.data == "hello"
-        await served.stop(nursery)
+        await running.stop(nursery)
         assert await ws.receive_close() == SHUTTING_DOWN
         # The server has done all it would do without the client's CLOSE:
         # the handler waits, the connection is open, the lifespan waits.
         await trio.testing.wait_all_tasks_blocked()
-        assert served.server.running_requests() == ["WebSocket /echo"]
-        assert served.server.statistics().connections_open == 1
-        assert served.lifespan == ["startup"]
+        assert running.server.running_requests() == ["WebSocket /echo"]
+        assert running.server.statistics().connections_open == 1
+        assert running.lifespan == ["startup"]
         await ws.send_close(1001)
-        assert await ws.stream.receive_some() == b""
-        assert_fin_not_reset(ws.stream)
-    served.assert_drained()
+        await assert_fin_not_reset(RawClient(ws.stream))
+    running.assert_drained()
 
 
 Close = tuple[int, str]
@@ -467,98 +384,123 @@ def echo_then_wait_for_close(
 
 
 async def test_the_websockets_library_client_hears_1001_and_answers_it():
-    async with serving() as served, trio.open_nursery() as nursery:
+    async with running_app() as running, trio.open_nursery() as nursery:
 
         def stop() -> None:
-            trio.from_thread.run_sync(nursery.start_soon, served.shutdown, PATIENCE)
+            trio.from_thread.run_sync(running.served.shutdown_soon, nursery, PATIENCE)
 
-        url = f"ws://127.0.0.1:{served.port}/echo"
+        url = f"ws://127.0.0.1:{running.port}/echo"
         rcvd, sent = await trio.to_thread.run_sync(echo_then_wait_for_close, url, stop)
     assert rcvd == SHUTTING_DOWN
     assert sent == SHUTTING_DOWN  # the client echoes the code and reason
-    served.assert_drained()
+    running.assert_drained()
 
 
 # -- at the cut-off ---------------------------------------------------------------
 
 
 async def test_at_the_cut_off_a_request_not_answered_yet_gets_a_503():
-    async with serving() as served, trio.open_nursery() as nursery:
-        wire = await served.wire()
-        await wire.send("/hang")
-        await served.wait_arrived("GET /hang")
+    async with running_app() as running, trio.open_nursery() as nursery:
         t0 = trio.current_time()
-        info = await served.stop(nursery, grace=1)
+        client, info = await running.cut_off_soon(nursery, "/hang")
         # The cut-off: the last tenth of a 1 s grace is kept.
-        assert 0 < info.json()["left"] <= 0.9
-        reply = await wire.response()
+        assert 0 < info["left"] <= 0.9
+        [answer] = await read_to_the_end(client)
         assert trio.current_time() - t0 > 0.8
-        await wire.fin()
-    assert reply == Reply(
-        503,
-        {
-            "content-length": "0",
-            "connection": "close",
-            "retry-after": "1",
-            "date": reply.headers["date"],
-            "server": "hypercorn-h11",
-        },
-        b"",
-    )
-    assert served.server.statistics().requests_cut_off == 1
-    served.assert_drained()
+    assert (answer.status, answer.body, answer.closes) == (503, b"", True)
+    assert answer.headers[b"retry-after"] == b"1"
+    assert running.server.statistics().requests_cut_off == 1
+    running.assert_drained()
 
 
 async def test_at_the_cut_off_requests_pipelined_behind_get_a_503_too():
     # AsgiServerStatistics.requests_cut_off: "answered 503 without running,
     # if pipelined behind one".
-    async with serving() as served, trio.open_nursery() as nursery:
-        wire = await served.wire()
-        await wire.send("/hang", "/work?ms=1")
-        await served.wait_arrived("GET /hang")
-        await served.stop(nursery, grace=1)
-        replies = await wire.replies()
-    assert [reply.status for reply in replies] == [503, 503]
-    assert replies[-1].headers["connection"] == "close"
-    assert served.arrivals == ["GET /hang", "GET /stop-info"]
-    served.assert_drained()
+    async with running_app() as running, trio.open_nursery() as nursery:
+        client, _ = await running.cut_off_soon(nursery, "/hang", "/work?ms=1")
+        answers = await read_to_the_end(client)
+    assert [answer.status for answer in answers] == [503, 503]
+    assert running.arrivals == ["GET /hang", "GET /stop-info"]
+    running.assert_drained()
 
 
 async def test_at_the_cut_off_a_request_left_in_the_socket_does_not_cause_a_reset():
-    async with serving() as served:
-        wire = await served.wire()
+    async with running_app() as running:
+        client = await running.connect()
         async with trio.open_nursery() as nursery:
             # The server reads /hang and /work?ms=1, then no more while
             # /hang runs: /work?ms=2 stays in the socket.
-            await wire.send("/hang", "/work?ms=1")
-            await served.wait_arrived("GET /hang")
-            await wire.send("/work?ms=2")
-            await served.stop(nursery, grace=1)
+            await client.send("/hang", "/work?ms=1")
+            await running.wait_arrived("GET /hang")
+            await client.send("/work?ms=2")
+            await running.stop(nursery, grace=1)
         # The server has ended: it has closed every socket. The client reads
         # only now, as a slow one would.
-        replies = await wire.replies()
-    assert replies[0].status == 503
-    assert replies[-1].headers["connection"] == "close"
-    served.assert_drained()
+        answers = await read_to_the_end(client)
+    assert answers[0].status == 503
+    running.assert_drained()
 
 
 async def test_at_the_cut_off_a_stream_ends_with_its_terminating_chunk():
-    async with serving() as served, trio.open_nursery() as nursery:
-        wire = await served.wire()
-        await wire.send("/drip")
-        head = await wire.head()
-        assert (head.status_code, dict(head.headers)[b"transfer-encoding"]) == (
-            200,
-            b"chunked",
-        )
-        await served.stop(nursery, grace=1)
-        body = await wire.body()
-        await wire.fin()
-    assert body.startswith(b"tick\n")
-    assert body == b"tick\n" * (len(body) // 5)
-    assert wire.raw.endswith(b"5\r\ntick\n\r\n0\r\n\r\n")
-    assert served.server.statistics().requests_cut_off == 1
-    served.assert_drained()
+    async with running_app() as running, trio.open_nursery() as nursery:
+        client, _ = await running.cut_off_soon(nursery, "/drip")
+        answer = await client.answer()
+        await assert_fin_not_reset(client)
+    # Started before STOP, it could not say "Connection: close"; it ended
+    # properly, and the connection closed after it.
+    assert (answer.status, answer.chunked, answer.closes) == (200, True, False)
+    assert answer.body.startswith(b"tick\n")
+    assert answer.body == b"tick\n" * (len(answer.body) // 5)
+    assert client.raw.endswith(b"5\r\ntick\n\r\n0\r\n\r\n")
+    assert running.server.statistics().requests_cut_off == 1
+    running.assert_drained()
+
+
+# -- a client that closes as soon as it has its answer ------------------------------
+
+
+async def test_a_client_closing_right_after_its_answer_raises_nothing_in_the_app(
+    caplog,
+):
+    # The race: the response has ended and the server has decided to keep
+    # the connection (both sides DONE), and before it starts the next cycle
+    # it hands the app its http.disconnect; the client's FIN is read then.
+    # With no room in the app's queue, that hand-over waits until the app
+    # reads, which the test holds back until the FIN has been read.
+    config = hypercorn.config.Config()
+    config.max_app_queue_size = 0
+    held = trio.Event()
+    release = trio.Event()
+    running = Running()
+    quart_app = make_app(running)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        received = []
+
+        async def held_receive() -> Any:
+            if received and received[-1]["type"] == "http.request":
+                held.set()
+                await release.wait()
+            received.append(await receive())
+            return received[-1]
+
+        await quart_app(scope, held_receive, send)
+
+    async with serving(app, config=config) as served:
+        running.served = served
+        client = await served.connect()
+        await client.send("/work?ms=0")
+        answer = await client.answer()
+        assert answer.status == 200
+        await held.wait()
+        await client.stream.send_eof()
+        await trio.testing.wait_all_tasks_blocked()
+        release.set()
+        assert await client.end() == "eof"
+        await served.shutdown(PATIENCE)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+    running.assert_drained()
 
 
 # -- the example, as users run it -----------------------------------------------------
