@@ -108,8 +108,9 @@ class AppTasks:
         )
         name = request_name(scope)
         if self._owner.cut_off:
-            # Pipelined behind a request that was cut off: answered, not run.
-            self._apps.start_soon(self._finish, exchange, name=name)
+            # Pipelined behind a request that was cut off: answered, not run
+            # (the requests' bundle has closed).
+            self._helpers.start_soon(self._finish, exchange, name, name=name)
         else:
             self._apps.start_soon(
                 self._run, app, config, scope, from_server.receive, exchange, name=name
@@ -139,7 +140,7 @@ class AppTasks:
         except BaseException as exc:
             if _only_cancelled(exc):
                 if self._owner.cut_off:
-                    await self._finish(exchange)
+                    await self._finish(exchange, request_name(scope))
                 raise
             if not _is_app_error(exc):
                 raise
@@ -148,7 +149,7 @@ class AppTasks:
             await config.log.exception("Error in ASGI Framework")
         await exchange.close_stream()
 
-    async def _finish(self, exchange: Exchange) -> None:
+    async def _finish(self, exchange: Exchange, name: str) -> None:
         owner = self._owner
         deadline = min(owner.hard_deadline, trio.current_time() + FINISH_BUDGET)
         what = "not ended: the deadline came first"
@@ -161,4 +162,4 @@ class AppTasks:
                 what = "cut in the middle of its body; connection closed"
                 owner.abort()
             await exchange.close_stream()
-        owner.request_cut(trio.lowlevel.current_task().name, what)
+        owner.request_cut(name, what)
