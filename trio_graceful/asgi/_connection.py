@@ -34,7 +34,6 @@ import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.typing import ConnectionState, TaskGroup
 
-from .._bundle import Bundle
 from .._openbundle import open_bundle
 from ._apps import AppTasks
 from ._core import ServerCore
@@ -85,7 +84,7 @@ class Connection:
         self._wait = trio.CancelScope()
         self._receiving = False
         self._keep_alive = float(core.config.keep_alive_timeout)
-        self._apps: Bundle | None = None
+        self._tasks: AppTasks | None = None
 
     # -- what the protocol and the request tasks ask -------------------------
 
@@ -118,7 +117,7 @@ class Connection:
     @property
     def requests(self) -> frozenset[trio.lowlevel.Task]:
         """The tasks of the requests running on this connection."""
-        return frozenset() if self._apps is None else self._apps.child_tasks
+        return frozenset() if self._tasks is None else self._tasks.running
 
     def abort(self) -> None:
         """Close without ending the response in progress."""
@@ -139,10 +138,10 @@ class Connection:
         what they wrote and close. This is a checkpoint.
         """
         self._cut_off = True
-        if self._apps is not None and not self._apps.closed:
-            await self._apps.cancel(0)
-        else:
+        if self._tasks is None:
             await trio.lowlevel.checkpoint()
+        else:
+            await self._tasks.cut()
 
     # -- running ---------------------------------------------------------------
 
@@ -167,10 +166,8 @@ class Connection:
 
     async def _serve(self, helpers: trio.Nursery) -> None:
         async with open_bundle(name="requests") as apps:
-            self._apps = apps
-            self._protocol = protocol = self._open_protocol(
-                AppTasks(apps, helpers, self)
-            )
+            self._tasks = AppTasks(apps, helpers, self)
+            self._protocol = protocol = self._open_protocol(self._tasks)
             await protocol.initiate()
             if self.draining:
                 self._told = True

@@ -44,7 +44,7 @@ _STEPS: dict[str, Progress] = {
 class Exchange(metaclass=NoPublicConstructor):
     """The ASGI ``send`` of one request, remembering how far the response got."""
 
-    __slots__ = ("_send", "kind", "progress")
+    __slots__ = ("_send", "closed", "kind", "progress")
 
     def __init__(
         self, kind: str, send: Callable[[ASGISendEvent | None], Awaitable[None]]
@@ -52,9 +52,16 @@ class Exchange(metaclass=NoPublicConstructor):
         self.kind = kind
         self._send = send
         self.progress = Progress.WAITING
+        self.closed = False
 
     async def send(self, message: ASGISendEvent) -> None:
-        """The ``send`` callable the app gets."""
+        """The ``send`` callable the app gets.
+
+        Once the stream is closed (`close_stream`), what the app still sends
+        is dropped: a cut-off has answered for it.
+        """
+        if self.closed:
+            return
         kind = message["type"]
         step = _STEPS.get(kind)
         if step is not None:
@@ -99,8 +106,6 @@ class Exchange(metaclass=NoPublicConstructor):
                 was cut before all of its body went out; only closing the
                 connection can end it.
         """
-        if self.progress is Progress.DONE:
-            return "finished"
         if self.progress is Progress.WAITING:
             await self.refuse()
             return "refused with 503"
@@ -121,5 +126,7 @@ class Exchange(metaclass=NoPublicConstructor):
         return "response ended"
 
     async def close_stream(self) -> None:
-        """Tell Hypercorn's stream that the app has finished (``send(None)``)."""
-        await self._send(None)
+        """Tell Hypercorn's stream that the app has finished (``send(None)``), once."""
+        if not self.closed:
+            self.closed = True
+            await self._send(None)
