@@ -16,7 +16,6 @@ import contextlib
 import functools
 import json
 import re
-import subprocess
 import sys
 import time
 from collections import deque
@@ -30,65 +29,29 @@ from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import ClientConnection, connect
 
 from ..examples_loader import EXAMPLES
+from ..process_support import PATIENCE, ProcessLog, open_logged_process
 
 EXAMPLE = EXAMPLES / "asgi_service.py"
-PATIENCE = 60.0
-"""Seconds to wait for what takes milliseconds on an idle machine."""
 STOP_LINE = r"trio_graceful\.asgi: STOP: draining"
 """The server's line once it has got STOP: its listeners are closed."""
 
 
 @attrs.define(eq=False)
-class Service:
+class Service(ProcessLog):
     """A running example process and its log (stderr), read line by line."""
 
-    process: trio.Process
-    lines: list[str] = attrs.field(factory=list)
     port: int = 0
-    _changed: trio.Event = attrs.field(factory=trio.Event)
-    _ended: bool = False
-
-    async def _read_log(self) -> None:
-        assert self.process.stderr is not None
-        pending = b""
-        async for chunk in self.process.stderr:
-            *complete, pending = (pending + chunk).split(b"\n")
-            self.lines.extend(line.decode() for line in complete)
-            self._changed.set()
-            self._changed = trio.Event()
-        self._ended = True
-        self._changed.set()
-
-    async def wait_for(self, pattern: str) -> re.Match[str]:
-        """Wait for the first log line that matches ``pattern``; return the match."""
-        with trio.fail_after(PATIENCE):
-            while True:
-                for line in self.lines:
-                    if match := re.search(pattern, line):
-                        return match
-                assert not self._ended, f"{pattern!r} never logged:\n{self.log()}"
-                await self._changed.wait()
 
     def logged(self, pattern: str) -> bool:
         """Whether a log line so far matches ``pattern``."""
         return any(re.search(pattern, line) for line in self.lines)
 
-    def log(self) -> str:
-        return "\n".join(self.lines)
-
-    async def exit_status(self) -> int:
-        """Wait for the exit, and for the log to be read to its end."""
-        with trio.fail_after(PATIENCE):
-            status = await self.process.wait()
-            while not self._ended:
-                await self._changed.wait()
-        return status
-
-    def check_log_is_clean(self) -> None:
-        """The log has no traceback, and the shutdown was never forced."""
+    def check_graceful_exit(self, status: int) -> None:
+        """The exit status is 0; the log has no traceback, and nothing was forced."""
         text = self.log()
         assert "Traceback" not in text, text
         assert "forcing" not in text, text
+        assert status == 0, text
 
 
 @contextlib.asynccontextmanager
@@ -98,25 +61,10 @@ async def open_service(*args: str) -> AsyncIterator[Service]:
     A process still running on the way out (a test failed) is killed.
     """
     command = [sys.executable, str(EXAMPLE), "--port", "0", *args]
-    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
-    try:
-        async with trio.open_nursery() as nursery:
-            service = Service(process)
-            nursery.start_soon(service._read_log)
-            listening = await service.wait_for(
-                r"listening on http://127\.0\.0\.1:(\d+)"
-            )
-            service.port = int(listening.group(1))
-            yield service
-            if process.returncode is None:
-                process.kill()
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            assert process.stderr is not None
-            await process.stderr.aclose()
+    async with open_logged_process(command, Service) as service:
+        [listening] = await service.wait_for(r"listening on http://127\.0\.0\.1:(\d+)")
+        service.port = int(listening.group(1))
+        yield service
 
 
 def shutdown_time(marker: Path) -> float:
