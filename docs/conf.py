@@ -6,12 +6,19 @@ import sys
 from pathlib import Path
 
 import trio_graceful
+import trio_graceful.asgi
 import trio_graceful.jobs
+import trio_graceful.mcp
 
 # The packages present their names as trio_graceful.X and
 # trio_graceful.jobs.X; autodoc needs the real modules to read the docstrings
 # of attributes (attrs fields, enum members).
-for _package in (trio_graceful, trio_graceful.jobs):
+for _package in (
+    trio_graceful,
+    trio_graceful.jobs,
+    trio_graceful.asgi,
+    trio_graceful.mcp,
+):
     for _name, _module in _package._defined_in.items():
         getattr(_package, _name).__module__ = _module
 
@@ -55,6 +62,11 @@ _EXTERNAL = [
     "outcome",
     "attrs",
     "anyio",
+    "hypercorn",
+    "starlette",
+    "quart_trio",
+    "mcp",
+    "mcp_types",
     "matplotlib",
     "exceptiongroup",
     "asyncio",
@@ -82,7 +94,7 @@ nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
     # Type variables in the signatures (T, U, R, PosArgT): they stand for the
     # caller's types and have no entry of their own to link to.
-    (r"py:class", r"(trio_graceful(\.jobs)?\._\w+\.)?(T|U|R|PosArgT)"),
+    (r"py:class", r"(trio_graceful(\.jobs|\.asgi)?\._\w+\.)?(T|U|R|PosArgT|P)"),
     # Trace.plot's matplotlib Axes, imported only for type checkers (the
     # plot extra is optional), so autodoc sees the bare name.
     (r"py:class", r"Axes"),

@@ -34,7 +34,7 @@ import functools
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 
 import trio
@@ -161,7 +161,7 @@ async def requests_over_websocket(websocket: WebSocket) -> None:
 
 def make_app(marker: Path | None) -> Starlette:
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncGenerator[None]:
         if marker is not None:
             with marker.open("a") as file:
                 file.write("startup\n")
@@ -200,7 +200,9 @@ async def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description="A Starlette service that loses no request when it is stopped."
+    )
     parser.add_argument("--port", type=int, default=8000, help="the port (0: any)")
     parser.add_argument("--marker", type=Path, help="a file the lifespan appends to")
     trio_graceful.add_run_arguments(parser)

@@ -1,5 +1,5 @@
 """The public surface: every name is exported once, reads as the package's
-own (trio_graceful.X, trio_graceful.jobs.X) and is documented in the
+own (trio_graceful.X, trio_graceful.jobs.X, ...) and is documented in the
 package's reference."""
 
 from __future__ import annotations
@@ -11,11 +11,18 @@ from types import ModuleType
 import pytest
 
 import trio_graceful
+import trio_graceful.asgi
 import trio_graceful.jobs
+import trio_graceful.mcp
 
 DOCS = Path(__file__).parent.parent / "docs"
 # Each package and the page that holds its reference.
-PACKAGES = [(trio_graceful, "reference.rst"), (trio_graceful.jobs, "jobs.rst")]
+PACKAGES = [
+    (trio_graceful, "reference.rst"),
+    (trio_graceful.jobs, "jobs.rst"),
+    (trio_graceful.asgi, "asgi.rst"),
+    (trio_graceful.mcp, "reference.rst"),
+]
 # Type aliases described in the text of a function that takes them.
 UNLISTED = {"TraceHook"}  # described in add_trace_hook
 

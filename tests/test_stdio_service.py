@@ -23,6 +23,7 @@ import pytest
 import trio
 
 from .examples_loader import EXAMPLES
+from .helpers import StreamLog
 
 pytestmark = pytest.mark.realtime
 
@@ -47,10 +48,9 @@ class Service:
         self.process = process
         self.state = state
         self.tty = tty  # the pty's master end when stdin is a terminal
-        self.stderr = b""
         self._stdout = b""
-        self._stderr_changed = trio.Event()
-        self._stderr_closed = trio.Event()
+        assert process.stderr is not None
+        self._stderr = StreamLog(process.stderr)
 
     @classmethod
     async def start(
@@ -85,21 +85,15 @@ class Service:
         if slave is not None:
             os.close(slave)  # the child has its own copy
         service = cls(process, state, master)
-        nursery.start_soon(service._collect_stderr)
+        nursery.start_soon(service._stderr.collect)
         return service
 
-    async def _collect_stderr(self) -> None:
-        assert self.process.stderr is not None
-        while data := await self.process.stderr.receive_some():
-            self.stderr += data
-            self._stderr_changed.set()
-            self._stderr_changed = trio.Event()
-        self._stderr_closed.set()
+    @property
+    def stderr(self) -> bytes:
+        return self._stderr.data
 
     async def wait_stderr(self, text: str) -> None:
-        with trio.fail_after(TIMEOUT):
-            while text.encode() not in self.stderr:
-                await self._stderr_changed.wait()
+        await self._stderr.wait_for(text, timeout=TIMEOUT)
 
     async def send(self, request: dict[str, object]) -> None:
         line = json.dumps(request).encode() + b"\n"
@@ -149,8 +143,7 @@ class Service:
         with trio.fail_after(TIMEOUT):
             status = await self.process.wait()
         elapsed = trio.current_time() - since
-        with trio.fail_after(TIMEOUT):
-            await self._stderr_closed.wait()
+        await self._stderr.wait_closed(timeout=TIMEOUT)
         return status, elapsed
 
     def saved_state(self) -> dict[str, int]:

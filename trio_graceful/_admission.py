@@ -32,7 +32,7 @@ def check_positive_int(
 ) -> None:
     """An attrs validator: ``value`` must be an `int` (not a `bool`) of at least 1."""
     del instance
-    check_count(attribute.alias, value)
+    check_count(attribute.alias or attribute.name, value)
 
 
 def check_count(name: str, value: object) -> int:

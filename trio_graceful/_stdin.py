@@ -193,10 +193,21 @@ def open_stdin_lines(*, fd: int = 0) -> StdinLines:
         raise ValueError(f"fd must be >= 0, not {fd!r}")
     if fd >= _FD_LIMIT:
         raise ValueError(f"fd must be < {_FD_LIMIT}, not {fd!r}")
+    return StdinLines._create(fd, is_pollable(fd))  # pyright: ignore[reportPrivateUsage]
+
+
+def is_pollable(fd: int) -> bool:
+    """Whether Trio can wait for ``fd`` to be ready (see the module docstring).
+
+    A pipe, a FIFO, a socket or a terminal can be waited for; a regular file,
+    a block device or ``/dev/null`` never makes a read or write wait.
+
+    Raises:
+        OSError: if ``fd`` is not an open file descriptor.
+    """
     mode = os.fstat(fd).st_mode
-    pollable = (
+    return (
         stat.S_ISFIFO(mode)
         or stat.S_ISSOCK(mode)
         or (stat.S_ISCHR(mode) and os.isatty(fd))
     )
-    return StdinLines._create(fd, pollable)  # pyright: ignore[reportPrivateUsage]

@@ -155,13 +155,14 @@ class ThreadBudget:
     def __repr__(self) -> str:
         return (
             f"<trio_graceful.ThreadBudget {self._limiter.borrowed_tokens}/"
-            f"{self._total_tokens} in use at {id(self):#x}>"
+            f"{self.total_tokens} in use at {id(self):#x}>"
         )
 
     @property
     def total_tokens(self) -> int:
         """How many threads may run at once."""
-        return self._total_tokens
+        # The limiter's, which a budget sharing Trio's default one follows.
+        return int(self._limiter.total_tokens)
 
     async def acquire_on_behalf_of(self, borrower: object) -> None:
         """Take a token for ``borrower``, waiting until one is free.
@@ -193,7 +194,7 @@ class ThreadBudget:
             1 for b in stats.borrowers if isinstance(b, _ThreadCall) and b.abandoned
         )
         return ThreadBudgetStatistics(
-            total_tokens=self._total_tokens,
+            total_tokens=self.total_tokens,
             threads_running=stats.borrowed_tokens,
             peak_threads_running=self._peak,
             threads_abandoned=abandoned,
@@ -202,15 +203,31 @@ class ThreadBudget:
         )
 
 
+def share_default_thread_limiter(total_tokens: int | None) -> ThreadBudget:
+    """Return a budget whose tokens are those of Trio's default thread limiter.
+
+    Threads started with `trio.to_thread.run_sync` without a limiter (those
+    of anyio and of the web frameworks on it) and those started under the
+    budget then share one pool, of ``total_tokens`` if given. Not a
+    checkpoint.
+    """
+    limiter = trio.to_thread.current_default_thread_limiter()
+    if total_tokens is not None:
+        limiter.total_tokens = total_tokens
+    budget = ThreadBudget(int(limiter.total_tokens))
+    budget._limiter = limiter  # pyright: ignore[reportPrivateUsage]
+    return budget
+
+
 @final
 @attrs.define(eq=False)
 class _ThreadCall:
     """One `run_in_thread` call, as the limiter `trio.to_thread.run_sync` sees."""
 
     limiter: ThreadBudget | trio.CapacityLimiter
+    stop: threading.Event
     # The gate place this call holds, if any.
     gate: AdmissionGate | None = None
-    stop: threading.Event = attrs.field(factory=threading.Event)
     # True from the moment the thread may start until it has returned.
     running: bool = False
     abandoned: bool = False
@@ -301,11 +318,39 @@ async def run_in_thread(
         task_name = trio.lowlevel.current_task().name
         name = f"{getattr(sync_fn, '__name__', repr(sync_fn))} from {task_name}"
 
+    stop = threading.Event()
+    with bundle.on_stop(stop.set):
+        return await call_in_thread(
+            sync_fn,
+            *args,
+            name=name,
+            budget=budget,
+            gate=gate,
+            stop=stop,
+            on_abandoned=lambda: bundle.note_abandoned(f"thread {name!r}"),
+        )
+
+
+async def call_in_thread(
+    sync_fn: Callable[[StopFlag, Unpack[PosArgT]], R],
+    *args: Unpack[PosArgT],
+    name: str,
+    budget: ThreadBudget | None,
+    gate: AdmissionGate | None,
+    stop: threading.Event,
+    on_abandoned: Callable[[], object],
+) -> R:
+    """The mechanism of `run_in_thread`, for callers that check their own arguments.
+
+    ``sync_fn`` gets a `StopFlag` of ``stop``, which is also set when the
+    thread is abandoned; ``on_abandoned`` is called then. This is a
+    checkpoint.
+    """
     limiter = (
         trio.to_thread.current_default_thread_limiter() if budget is None else budget
     )
-    call = _ThreadCall(limiter)
-    flag = StopFlag._create(call.stop)  # pyright: ignore[reportPrivateUsage]
+    call = _ThreadCall(limiter, stop=stop)
+    flag = StopFlag._create(stop)  # pyright: ignore[reportPrivateUsage]
 
     await trio.lowlevel.checkpoint_if_cancelled()
     if gate is not None:
@@ -316,21 +361,20 @@ async def run_in_thread(
             raise
         call.gate = gate
     try:
-        with bundle.on_stop(call.stop.set):
-            return await trio.to_thread.run_sync(
-                sync_fn,
-                flag,
-                *args,
-                thread_name=name,
-                abandon_on_cancel=True,
-                # Any object with the two limiter methods will do.
-                limiter=cast("trio.CapacityLimiter", call),
-            )
+        return await trio.to_thread.run_sync(
+            sync_fn,
+            flag,
+            *args,
+            thread_name=name,
+            abandon_on_cancel=True,
+            # Any object with the two limiter methods will do.
+            limiter=cast("trio.CapacityLimiter", call),
+        )
     except BaseException:
         if call.running:
             call.abandoned = True
-            call.stop.set()
-            bundle.note_abandoned(f"thread {name!r}")
+            stop.set()
+            on_abandoned()
         raise
     finally:
         if not call.running:

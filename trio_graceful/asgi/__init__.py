@@ -11,6 +11,7 @@ and what is still running at the cut-off ends its response properly.
 Needs the ``asgi`` extra: ``pip install "trio-graceful[asgi]"``.
 """
 
+from .._exports import present_as_package as _present_as_package
 from ._admission import admission_gate as admission_gate
 from ._core import AsgiServerStatistics as AsgiServerStatistics
 from ._server import AsgiServer as AsgiServer, serve_asgi as serve_asgi
@@ -21,3 +22,9 @@ from ._stop import (
     until_stop as until_stop,
     wait_stop as wait_stop,
 )
+from ._threads import sync_to_async as sync_to_async
+
+# Where each public name is really defined; the documentation build needs it
+# to find the docstrings of attributes in the source.
+_defined_in: dict[str, str] = _present_as_package(globals(), __name__)
+del _present_as_package

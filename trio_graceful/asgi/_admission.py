@@ -3,8 +3,9 @@
 A group of routes whose work is
 expensive (blocking calls in threads, say) gets a quota; a request beyond it
 is refused at once with ``503 Service Unavailable`` and ``Retry-After``,
-instead of queueing for threads that every route shares. The quota is an
-`AdmissionGate`, so its statistics tell how many were admitted and refused.
+instead of queueing for threads that every route shares. The quota is a
+`trio_graceful.AdmissionGate`, whose statistics tell how many were admitted
+and refused.
 """
 
 from __future__ import annotations
@@ -26,17 +27,17 @@ def admission_gate(
     """Wrap ``app`` so that at most ``gate.quota`` of its requests run at once.
 
     A request (HTTP or WebSocket) that finds the gate full is answered at
-    once: ``503`` with ``Retry-After: retry_after`` and ``Connection:
-    close`` for HTTP, the same as the WebSocket handshake's answer. Admitted
-    requests hold their place until the app returns, and a sync endpoint's
-    thread until it ends (put the gate on `run_sync` too for that). Lifespan
-    messages pass through. Use it on a group of routes, as Starlette's
+    once: ``503`` with ``Retry-After: retry_after``, the same as the
+    WebSocket handshake's answer; the connection stays open for the next
+    request. Admitted
+    requests hold their place until the app returns. Lifespan messages pass
+    through. Use it on a group of routes, as Starlette's
     ``Mount("/reports", app=admission_gate(reports, gate))``, or on a whole
     app.
 
     Args:
         app: The ASGI app to guard.
-        gate (AdmissionGate): The quota, shared by every route it guards.
+        gate (trio_graceful.AdmissionGate): The quota, shared by every route it guards.
         retry_after (int): Seconds the client is told to wait (at least 1).
 
     Returns:
@@ -44,7 +45,7 @@ def admission_gate(
 
     Raises:
         TypeError: if ``app`` is not callable, ``gate`` not an
-            `AdmissionGate` or ``retry_after`` not an integer.
+            `trio_graceful.AdmissionGate` or ``retry_after`` not an integer.
         ValueError: if ``retry_after`` is less than 1.
     """
     if not callable(app):
@@ -52,11 +53,7 @@ def admission_gate(
     if not isinstance(cast("object", gate), AdmissionGate):
         raise TypeError(f"gate must be an AdmissionGate, not {gate!r}")
     check_count("retry_after", retry_after)
-    headers = [
-        (b"content-length", b"0"),
-        (b"connection", b"close"),
-        (b"retry-after", str(retry_after).encode()),
-    ]
+    headers = [(b"content-length", b"0"), (b"retry-after", str(retry_after).encode())]
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -67,7 +64,11 @@ def admission_gate(
         except BusyError:
             prefix = "" if scope["type"] == "http" else "websocket."
             await send(
-                {"type": f"{prefix}http.response.start", "status": 503, "headers": headers}
+                {
+                    "type": f"{prefix}http.response.start",
+                    "status": 503,
+                    "headers": headers,
+                }
             )
             await send({"type": f"{prefix}http.response.body", "body": b""})
             return
@@ -77,4 +78,3 @@ def admission_gate(
             gate.release()
 
     return guarded
-

@@ -43,13 +43,15 @@ class CutOff(Protocol):
     @property
     def cut_off(self) -> bool:
         """True once the connection's requests have been cut off."""
+        ...
 
     @property
     def hard_deadline(self) -> float:
         """The server's hard deadline (Trio time); `math.inf` before STOP."""
+        ...
 
-    def request_cut(self, what: str) -> None:
-        """Count a request that was cut off; ``what`` says how it ended."""
+    def request_cut(self, name: str, what: str) -> None:
+        """Record a request that was cut off; ``what`` says how it ended."""
 
     def abort(self) -> None:
         """Close the connection without ending the response in progress."""
@@ -59,7 +61,9 @@ def request_name(scope: Scope) -> str:
     """Return how a request is named: ``GET /path`` or ``WebSocket /path``."""
     if scope["type"] == "http":
         return f"{scope['method']} {scope['path']}"
-    return f"WebSocket {scope['path']}"
+    if scope["type"] == "websocket":
+        return f"WebSocket {scope['path']}"
+    return scope["type"]
 
 
 def _is_app_error(exc: BaseException) -> bool:
@@ -102,15 +106,15 @@ class AppTasks:
         exchange = Exchange._create(  # pyright: ignore[reportPrivateUsage]
             scope["type"], send
         )
-        self._apps.start_soon(
-            self._run,
-            app,
-            config,
-            scope,
-            from_server.receive,
-            exchange,
-            name=request_name(scope),
-        )
+        name = request_name(scope)
+        if self._owner.cut_off:
+            # Pipelined behind a request that was cut off: answered, not run
+            # (the requests' bundle has closed).
+            self._helpers.start_soon(self._finish, exchange, name, name=name)
+        else:
+            self._apps.start_soon(
+                self._run, app, config, scope, from_server.receive, exchange, name=name
+            )
         return to_app.send
 
     def spawn(self, func: Callable[..., Awaitable[object]], *args: Any) -> None:
@@ -125,11 +129,6 @@ class AppTasks:
         receive: Callable[[], Awaitable[ASGIReceiveEvent]],
         exchange: Exchange,
     ) -> None:
-        owner = self._owner
-        if owner.cut_off:
-            # Pipelined behind a request that was cut off: answered, not run.
-            await self._finish(exchange)
-            return
         try:
             await app(
                 scope,
@@ -140,8 +139,8 @@ class AppTasks:
             )
         except BaseException as exc:
             if _only_cancelled(exc):
-                if owner.cut_off:
-                    await self._finish(exchange)
+                if self._owner.cut_off:
+                    await self._finish(exchange, request_name(scope))
                 raise
             if not _is_app_error(exc):
                 raise
@@ -150,7 +149,7 @@ class AppTasks:
             await config.log.exception("Error in ASGI Framework")
         await exchange.close_stream()
 
-    async def _finish(self, exchange: Exchange) -> None:
+    async def _finish(self, exchange: Exchange, name: str) -> None:
         owner = self._owner
         deadline = min(owner.hard_deadline, trio.current_time() + FINISH_BUDGET)
         what = "not ended: the deadline came first"
@@ -163,4 +162,4 @@ class AppTasks:
                 what = "cut in the middle of its body; connection closed"
                 owner.abort()
             await exchange.close_stream()
-        owner.request_cut(what)
+        owner.request_cut(name, what)

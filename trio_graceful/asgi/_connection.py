@@ -16,12 +16,14 @@ a drain needs it to:
   nothing.
 * **Closing** is a FIN, never a reset: everything queued is sent, the write
   side is shut, and what the client still sends is read and dropped until it
-  closes too (at most `LINGER` seconds), so that the kernel has no unread
-  data that would turn the close into an RST.
+  closes too (at most `LINGER` seconds, never past the cut-off), and what is
+  left unread then is dropped too, so that the kernel has no unread data that
+  would turn the close into an RST.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -31,7 +33,6 @@ from typing import cast, final
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.typing import ConnectionState, TaskGroup
-from hypercorn.utils import parse_socket_addr
 
 from .._bundle import Bundle
 from .._openbundle import open_bundle
@@ -45,6 +46,8 @@ MAX_RECV = 2**16
 # Seconds a closed connection waits for the client's own FIN.
 LINGER = 1.0
 _NOTHING_YET = (errno.EAGAIN, errno.EWOULDBLOCK)
+# At most this many reads of MAX_RECV are dropped before a close.
+_DISCARD_READS = 16
 
 
 @final
@@ -52,13 +55,20 @@ class Connection:
     """One accepted connection; `serve` runs it to its end."""
 
     def __init__(
-        self, core: ServerCore, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+        self,
+        core: ServerCore,
+        stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
     ) -> None:
         self._core = core
         self._stream = stream
         self._tls = isinstance(stream, trio.SSLStream)
-        transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        transport = (
+            stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        )
         self._socket = transport.socket
+        address = _host_and_port(self._socket.getpeername())
+        self.name = "connection" if address is None else "{}:{}".format(*address)
+        """The client's address, as the connection's task is named."""
         self._protocol: ServerProtocol | None = None
         # Bytes the protocol has written: queued, then the part of the
         # current send that has not gone out yet.
@@ -68,6 +78,8 @@ class Connection:
         self._closing = False
         self._peer_closed = False
         self._cut_off = False
+        # Whether the protocol was told of STOP.
+        self._told = False
         self._reader = trio.CancelScope()
         # The reader's current scope, and whether it waits in receive_some.
         self._wait = trio.CancelScope()
@@ -99,9 +111,9 @@ class Connection:
         data = self._peek()
         return b"" if data is None else data
 
-    def request_cut(self, what: str) -> None:
-        """Count a request that was cut off; ``what`` says how it ended."""
-        self._core.request_cut(what)
+    def request_cut(self, name: str, what: str) -> None:
+        """Record a request that was cut off; ``what`` says how it ended."""
+        self._core.request_cut(name, what)
 
     @property
     def requests(self) -> frozenset[trio.lowlevel.Task]:
@@ -146,32 +158,28 @@ class Connection:
                     await self._serve(helpers)
                     helpers.cancel_scope.cancel()  # HTTP/2's sender, pings
         except Exception:
-            logger.exception("connection %s failed", self._name())
+            logger.exception("connection from %s failed", self.name)
         finally:
+            if self._socket.fileno() != -1:
+                self._discard_unread()
             await trio.aclose_forcefully(self._stream)
             self._core.connection_ended(self)
 
     async def _serve(self, helpers: trio.Nursery) -> None:
-        async with open_bundle(name=self._name()) as apps:
+        async with open_bundle(name="requests") as apps:
             self._apps = apps
             self._protocol = protocol = self._open_protocol(
                 AppTasks(apps, helpers, self)
             )
             await protocol.initiate()
             if self.draining:
+                self._told = True
                 await protocol.begin_drain()
             with self._reader:
                 await self._read()
             self._closing = True
             await protocol.handle(Closed())
             await self._close_transport()
-
-    def _name(self) -> str:
-        try:
-            host, port = self._socket.getpeername()[:2]
-        except OSError:
-            return "connection"
-        return f"{host}:{port}"
 
     async def _handshake(self) -> bool:
         stream = self._stream
@@ -200,8 +208,8 @@ class Connection:
             cast("TaskGroup", tasks),
             ConnectionState(core.lifespan_state.copy()),
             tls=self._tls,
-            client=parse_socket_addr(sock.family, sock.getpeername()),
-            server=parse_socket_addr(sock.family, sock.getsockname()),
+            client=_host_and_port(sock.getpeername()),
+            server=_host_and_port(sock.getsockname()),
             send=self._on_event,
             drain=self,
             alpn_protocol=alpn,
@@ -230,8 +238,12 @@ class Connection:
                         return
                     await protocol.handle(RawData(data=data))
             self._receiving = False
-            if not self.draining and trio.current_time() >= wait.deadline:
-                return  # the keep-alive timeout
+            if not self.draining:
+                if trio.current_time() >= wait.deadline:
+                    return  # the keep-alive timeout
+            elif not self._told:
+                self._told = True  # woken by STOP: HTTP/2 sends its GOAWAY
+                await protocol.begin_drain()
 
     async def _receive(self) -> bytes:
         try:
@@ -241,13 +253,26 @@ class Connection:
 
     def _peek(self) -> bytes | None:
         """Return the socket's unread bytes (b"" at EOF), or None if there are none."""
-        with socket.fromfd(self._socket.fileno(), self._socket.family, socket.SOCK_STREAM) as dup:
+        with self._duplicate() as dup:
             try:
                 return dup.recv(MAX_RECV, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             except OSError as exc:
                 if exc.errno in _NOTHING_YET:
                     return None
                 return b""  # reset: the reader will find out
+
+    def _discard_unread(self) -> None:
+        """Drop what the socket holds unread: closing it then sends no reset."""
+        with self._duplicate() as dup, contextlib.suppress(OSError):
+            for _ in range(_DISCARD_READS):
+                if not dup.recv(MAX_RECV, socket.MSG_DONTWAIT):
+                    return
+
+    def _duplicate(self) -> socket.socket:
+        # A duplicate of the descriptor reads the same socket without
+        # blocking, and without Trio's wait for readiness.
+        sock = self._socket
+        return socket.fromfd(sock.fileno(), sock.family, socket.SOCK_STREAM)
 
     def _wake(self) -> None:
         if self._receiving:
@@ -318,8 +343,18 @@ class Connection:
             await stream.send_eof()
             # Never past the cut-off: the rest of the time is for the
             # requests cut off and the lifespan's shutdown.
-            with trio.move_on_at(min(trio.current_time() + LINGER, self._core.drain.cutoff)):
+            with trio.move_on_at(
+                min(trio.current_time() + LINGER, self._core.drain.cutoff)
+            ):
                 while await stream.receive_some(MAX_RECV):
                     pass
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+
+def _host_and_port(name: object) -> tuple[str, int] | None:
+    """A socket's address as ASGI wants it: ``(host, port)``, None for Unix sockets."""
+    if isinstance(name, tuple):
+        host, port = cast("tuple[str, int]", name)[:2]
+        return host, port
+    return None

@@ -2,7 +2,7 @@
 
 `ServerCore` holds the app and Hypercorn's configuration, the worker context
 Hypercorn's protocols consult (its ``terminated`` event is set at STOP, so
-that HTTP/2 refuses new streams), the `_Drain` the app sees, and the live
+that HTTP/2 refuses new streams), the `Drain` the app sees, and the live
 connections, which it counts. `AsgiServerStatistics` is its snapshot.
 """
 
@@ -17,7 +17,8 @@ from hypercorn.config import Config
 from hypercorn.trio.worker_context import EventWrapper, TrioSingleTask
 from hypercorn.typing import AppWrapper, Event, SingleTask
 
-from ._stop import _Drain
+from .._threads import ThreadBudget
+from ._stop import Drain
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -45,6 +46,10 @@ class AsgiServerStatistics:
     """Requests still running at the cut-off, which ended their responses
     (or were answered 503 without running, if pipelined behind one)."""
 
+    threads_abandoned: int
+    """Threads of `sync_to_async` calls whose request was cut off while they
+    ran (they run on, holding their tokens, until they return)."""
+
     draining: bool
     """True once the server got STOP."""
 
@@ -58,8 +63,8 @@ class _Context:
 
     def __init__(self, core: ServerCore) -> None:
         self._core = core
-        self.terminate = EventWrapper()
-        self.terminated = EventWrapper()
+        self.terminate: Event = EventWrapper()
+        self.terminated: Event = EventWrapper()
 
     async def mark_request(self) -> None:
         # Hypercorn's max_requests (restart a worker after so many) has no
@@ -79,16 +84,17 @@ class _Context:
 class ServerCore:
     """The state one server's connections share (see the module docstring)."""
 
-    def __init__(self, app: AppWrapper, config: Config) -> None:
+    def __init__(self, app: AppWrapper, config: Config, budget: ThreadBudget) -> None:
         self.app = app
         self.config = config
         self.context = _Context(self)
-        self.drain = _Drain()
+        self.drain = Drain(budget)
         self.lifespan_state: dict[str, Any] = {}
         self.connections: set[Connection] = set()
         self.connections_total = 0
         self.requests_total = 0
-        self.requests_cut_off = 0
+        # "GET /path: what its end was" for each request cut off.
+        self.cut_off: list[str] = []
         self.all_closed = trio.Event()
         self.all_closed.set()
 
@@ -104,10 +110,10 @@ class ServerCore:
         if not self.connections:
             self.all_closed.set()
 
-    def request_cut(self, what: str) -> None:
-        """Count a request that was cut off; ``what`` says how it ended."""
-        self.requests_cut_off += 1
-        logger.debug("request cut off: %s", what)
+    def request_cut(self, name: str, what: str) -> None:
+        """Record a request that was cut off; ``what`` says how it ended."""
+        self.cut_off.append(f"{name}: {what}")
+        logger.debug("request cut off: %s: %s", name, what)
 
     def running_requests(self) -> list[str]:
         """The names of the requests running now (``GET /path``), sorted."""
@@ -122,6 +128,7 @@ class ServerCore:
             connections_total=self.connections_total,
             requests_running=sum(len(c.requests) for c in self.connections),
             requests_total=self.requests_total,
-            requests_cut_off=self.requests_cut_off,
+            requests_cut_off=len(self.cut_off),
+            threads_abandoned=len(self.drain.threads_abandoned),
             draining=self.drain.stopped.is_set(),
         )

@@ -3,7 +3,8 @@
 An `Exchange` stands between the app and Hypercorn's stream: it passes each
 message on and remembers how far the response got. When the request is cut
 off at the server's deadline, `Exchange.finish` ends what the app left
-open: a response not yet started becomes a 503 with ``Connection: close``,
+open: a response not yet started becomes a 503 (with ``Connection: close``
+if it is the last answer on an HTTP/1.1 connection),
 a started one gets its last (empty) body message, which ends a chunked
 response with its terminating chunk, and an accepted WebSocket gets CLOSE
 1001.
@@ -65,7 +66,11 @@ class Exchange(metaclass=NoPublicConstructor):
         await self._send(message)
 
     async def refuse(self) -> None:
-        """Answer 503 with ``Connection: close`` and ``Retry-After``."""
+        """Answer 503 with ``Retry-After``.
+
+        During a drain the HTTP/1.1 protocol adds ``Connection: close`` if it
+        is the last answer of its connection; HTTP/2 forbids the header.
+        """
         start = "http.response.start"
         body = "http.response.body"
         if self.kind == "websocket":
@@ -79,7 +84,6 @@ class Exchange(metaclass=NoPublicConstructor):
                     "status": 503,
                     "headers": [
                         (b"content-length", b"0"),
-                        (b"connection", b"close"),
                         (b"retry-after", RETRY_AFTER),
                     ],
                 },

@@ -10,8 +10,7 @@ connection is idle. The subclasses here change just that:
   be the last on its connection carries ``Connection: close``; a response is
   the last unless another complete request is already in the buffers
   (Hypercorn's, or the socket's, peeked without reading). The requests
-  pipelined before STOP are all answered; after the cut-off nothing is
-  recycled.
+  pipelined before STOP are all answered (after the cut-off, with a 503).
 * HTTP/2 (`DrainingH2Protocol`): at STOP a GOAWAY naming the last stream
   received goes out at once, and the open streams finish; Hypercorn then
   refuses new streams and closes the connection when it is idle.
@@ -25,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+import h2.events
 import h11
-from hyperframe.frame import GoAwayFrame
+from h2.errors import ErrorCodes
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Event as StreamEvent, Response
@@ -37,6 +37,7 @@ from hypercorn.protocol.h11 import (
     H11Protocol,
 )
 from hypercorn.typing import AppWrapper, ConnectionState, TaskGroup, WorkerContext
+from hyperframe.frame import GoAwayFrame
 
 _CLOSE = (b"connection", b"close")
 
@@ -47,13 +48,16 @@ class DrainState(Protocol):
     @property
     def draining(self) -> bool:
         """True once the server got STOP."""
+        ...
 
     @property
     def cut_off(self) -> bool:
         """True once the connection's requests have been cut off."""
+        ...
 
     def peek(self) -> bytes:
         """Return the bytes the socket holds, without reading them."""
+        ...
 
 
 def _holds_request(data: bytes) -> bool:
@@ -104,28 +108,43 @@ class DrainingH11Protocol(H11Protocol):
         await super().stream_send(event)
 
     async def _maybe_recycle(self) -> None:
+        await self._close_stream()
         connection = self.connection
         if (
-            not self.drain.cut_off
-            and isinstance(connection, h11.Connection)
+            isinstance(connection, h11.Connection)
             and connection.our_state is h11.DONE
             and connection.their_state is h11.DONE
         ):
-            # Unlike Hypercorn, recycle during a drain too: a response went
-            # out without "Connection: close" only because another request
-            # is waiting to be answered.
-            await self._close_stream()
+            # Unlike Hypercorn, recycle during a drain too, and after the
+            # cut-off: a response went out without "Connection: close" only
+            # because another request is waiting to be answered. The states
+            # are read after _close_stream, which yields: the client's FIN
+            # may have come meanwhile.
             connection.start_next_cycle()
             await self.can_read.set()
             await self.send(Updated(idle=True))
         else:
-            await self._close_stream()
             await self.can_read.set()
             await self.send(Closed())
 
 
 class DrainingH2Protocol(H2Protocol):
     """Hypercorn's HTTP/2 protocol, sending GOAWAY as soon as STOP comes."""
+
+    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+        if self.context.terminated.is_set():
+            # Refuse a stream opened after STOP with REFUSED_STREAM, which
+            # tells the client it was not processed and may be retried
+            # (Hypercorn resets it with NO_ERROR), and drop its other frames.
+            refused = {
+                event.stream_id
+                for event in events
+                if isinstance(event, h2.events.RequestReceived)
+            }
+            for stream_id in refused:
+                self.connection.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            events = [event for event in events if _stream_of(event) not in refused]
+        await super()._handle_events(events)
 
     async def begin_drain(self) -> None:
         """Announce the shutdown: GOAWAY now, the open streams finish."""
@@ -140,6 +159,11 @@ class DrainingH2Protocol(H2Protocol):
             )
             await self.send(RawData(data=frame.serialize()))
         await self._flush()
+
+
+def _stream_of(event: h2.events.Event) -> int | None:
+    stream_id: object = getattr(event, "stream_id", None)
+    return stream_id if isinstance(stream_id, int) else None
 
 
 class ServerProtocol:
@@ -163,7 +187,17 @@ class ServerProtocol:
         drain: DrainState,
         alpn_protocol: str | None,
     ) -> None:
-        self._args = (app, config, context, task_group, state, tls, client, server, send)
+        self._args = (
+            app,
+            config,
+            context,
+            task_group,
+            state,
+            tls,
+            client,
+            server,
+            send,
+        )
         self._drain = drain
         self.protocol: DrainingH11Protocol | DrainingH2Protocol
         if alpn_protocol == "h2":

@@ -18,27 +18,37 @@ The sequence of one server:
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
+import socket
+import sys
+import traceback
+from collections.abc import Generator, Sequence
 from typing import Any, cast, final
 
-import attrs
 import trio
-from hypercorn.config import Config
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config, Sockets
 from hypercorn.trio.lifespan import Lifespan
-from hypercorn.typing import ASGIFramework
-from hypercorn.utils import LifespanFailureError, repr_socket_addr, wrap_app
+from hypercorn.typing import ASGIFramework, ASGISendEvent
+from hypercorn.utils import LifespanFailureError
 
+from .._admission import check_count
 from .._bundle import Bundle
 from .._inbox import InboxReceiver
 from .._openbundle import open_bundle
+from .._paths import current_bundle
 from .._stop import STOP
+from .._threads import ThreadBudget, share_default_thread_limiter
 from .._util import NoPublicConstructor, check_seconds
 from ._connection import Connection
 from ._core import AsgiServerStatistics, ServerCore
 from ._stop import enter_drain
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 
 logger = logging.getLogger("trio_graceful.asgi")
 
@@ -68,6 +78,16 @@ class AsgiServer(metaclass=NoPublicConstructor):
     def __repr__(self) -> str:
         return f"<trio_graceful.asgi.AsgiServer {' '.join(self.urls)}>"
 
+    @property
+    def thread_budget(self) -> ThreadBudget:
+        """The `trio_graceful.ThreadBudget` of the server's sync endpoints.
+
+        It shares its tokens with Trio's default thread limiter; its
+        statistics count every thread that holds one, and tell which were
+        abandoned.
+        """
+        return self._core.drain.budget
+
     def running_requests(self) -> list[str]:
         """Return the requests running now, as ``"GET /path"``, sorted.
 
@@ -85,9 +105,13 @@ def _config_for(config: Config | None, bind: str | Sequence[str] | None) -> Conf
         config = Config()
     elif not isinstance(cast("object", config), Config):
         raise TypeError(f"config must be a hypercorn.config.Config, not {config!r}")
+    else:
+        config = copy.copy(config)  # the caller's is left as it was
     if bind is not None:
         binds = [bind] if isinstance(bind, str) else list(bind)
-        if not binds or not all(isinstance(b, str) and b for b in binds):
+        if not binds or not all(
+            isinstance(cast("object", b), str) and b for b in binds
+        ):
             raise ValueError(
                 f"bind must be an address like '127.0.0.1:8000' or a list of them, "
                 f"not {bind!r}"
@@ -97,7 +121,7 @@ def _config_for(config: Config | None, bind: str | Sequence[str] | None) -> Conf
 
 
 def _cutoff(deadline: float, now: float, reserve: float) -> float:
-    """The cut-off: ``reserve`` before the deadline, or the last tenth of the time left."""
+    """Return ``reserve`` before the deadline, or the last tenth of the time left."""
     return deadline - min(reserve, (deadline - now) / 10)
 
 
@@ -108,6 +132,7 @@ async def serve_asgi(
     bind: str | Sequence[str] | None = None,
     config: Config | None = None,
     reserve: float = 1.0,
+    thread_tokens: int | None = None,
     task_status: trio.TaskStatus[AsgiServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an ASGI app with Hypercorn's protocols until STOP, then drain.
@@ -140,7 +165,7 @@ async def serve_asgi(
     Args:
         inbox (InboxReceiver): Where STOP arrives (a runner's service gets
             one of its own).
-        app: The ASGI application (or a WSGI one, as Hypercorn detects).
+        app: The ASGI application.
         bind (str, list of str or None): Where to listen, in Hypercorn's
             forms (``"127.0.0.1:8000"``, ``"[::1]:0"``, ``"unix:/path"``,
             ``"fd://3"``); overrides ``config.bind``. None keeps the
@@ -152,55 +177,148 @@ async def serve_asgi(
         reserve (float): Seconds before the hard deadline at which running
             requests are cut off, for them to end their responses and for
             the lifespan's shutdown.
+        thread_tokens (int or None): How many threads the run's sync
+            endpoints may use at once: the size of Trio's default thread
+            limiter (what Starlette's, FastAPI's and Quart-Trio's thread
+            pools use), which `sync_to_async` shares (`AsgiServer.thread_budget`).
+            None leaves it as it is (40, Trio's default).
+        task_status: Trio's; the server is passed to its ``started``.
 
     Raises:
-        TypeError: if ``config`` is not a Hypercorn ``Config``.
-        ValueError: if ``bind`` is empty or ``reserve`` negative.
+        TypeError: if ``app`` is not callable or ``config`` is not a
+            Hypercorn ``Config``.
+        ValueError: if ``bind`` is empty, ``reserve`` negative or
+            ``thread_tokens`` less than 1.
         OSError: if an address cannot be bound.
         hypercorn.utils.LifespanFailureError: if the app's lifespan startup
-            failed.
+            failed (before the server is ready), or its shutdown.
     """
     reserve = check_seconds("reserve", reserve)
+    if thread_tokens is not None:
+        check_count("thread_tokens", thread_tokens)
     config = _config_for(config, bind)
-    core = ServerCore(wrap_app(cast("ASGIFramework", app), config.wsgi_max_body_size, None), config)
-    lifespan = Lifespan(core.app, config, core.lifespan_state)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lifespan.handle_lifespan)
-        await lifespan.wait_for_startup()
-        listeners, server = _listen(core, config)
-        enter_drain(core.drain)
-        async with open_bundle(name="connections") as connections:
-            for listener in listeners:
-                connections.start_soon(
-                    _accept, listener, connections, core, name=f"accept {listener!r}"
-                )
-            task_status.started(server)
-            while await inbox.receive() is not STOP:
-                pass  # nothing but STOP is meant for a server
-            await _drain(core, listeners, reserve)
+    if not callable(app):
+        raise TypeError(f"app must be an ASGI app, not {app!r}")
+    budget = share_default_thread_limiter(thread_tokens)
+    core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config, budget)
+    parent = _parent_bundle()
+    # Bound first: an address in use fails the start before the app starts.
+    listeners, server = _listen(core, config)
+    try:
+        with _one_error():
+            async with trio.open_nursery() as nursery:
+                lifespan = _Lifespan(core)
+                await lifespan.start(nursery)
+                enter_drain(core.drain)
+                async with open_bundle(name="connections") as connections:
+                    for listener, url in zip(listeners, server.urls, strict=True):
+                        connections.start_soon(
+                            _accept,
+                            listener,
+                            connections,
+                            core,
+                            name=f"accept on {url}",
+                        )
+                    task_status.started(server)
+                    while await inbox.receive() is not STOP:
+                        pass  # nothing but STOP is meant for a server
+                    await _drain(core, listeners, reserve, parent)
+                await lifespan.shut_down()
+                nursery.cancel_scope.cancel()
+    finally:
+        for listener in listeners:
+            await trio.aclose_forcefully(listener)
+
+
+@contextlib.contextmanager
+def _one_error() -> Generator[None]:
+    """Raise the only exception of a group as itself, as a caller expects it."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        errors = group.exceptions
+        if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
+            raise errors[0] from None
+        raise
+
+
+@final
+class _Lifespan(Lifespan):
+    """Hypercorn's lifespan, whose failures are raised where they are awaited.
+
+    Hypercorn raises a failure in the lifespan's own task, and its
+    ``wait_for_startup`` returns as if all was well; here the failure is
+    kept when the app reports it, and raised by `start` or `shut_down`.
+    """
+
+    def __init__(self, core: ServerCore) -> None:
+        super().__init__(core.app, core.config, core.lifespan_state)
+        self._failure: LifespanFailureError | None = None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self._run)
+        await self.wait_for_startup()
+        self._raise_failure()
+
+    async def shut_down(self) -> None:
+        await self.wait_for_shutdown()
+        self._raise_failure()
+
+    async def asgi_send(self, message: ASGISendEvent) -> None:
         try:
-            await lifespan.wait_for_shutdown()
-        except LifespanFailureError:
-            logger.exception("the app's lifespan shutdown failed")
-        nursery.cancel_scope.cancel()
+            await super().asgi_send(message)
+        except LifespanFailureError as exc:
+            self._failure = exc
+            raise
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def _run(self, *, task_status: trio.TaskStatus[None]) -> None:
+        with contextlib.suppress(LifespanFailureError):  # raised by start, shut_down
+            await self.handle_lifespan(task_status=task_status)
+
+
+def _create_sockets(config: Config) -> Sockets:
+    """Hypercorn's ``create_sockets``, closing what it leaves open when a bind fails."""
+    try:
+        return config.create_sockets()
+    except OSError as exc:
+        # Hypercorn keeps the socket that failed, and those made before it,
+        # in its locals only: close them, or they stay open until collected.
+        for frame, _ in traceback.walk_tb(exc.__traceback__):
+            local = frame.f_locals
+            for name in ("sock", "sockets", "secure_sockets", "insecure_sockets"):
+                value: object = local.get(name)
+                found = (
+                    cast("list[object]", value) if isinstance(value, list) else [value]
+                )
+                for sock in found:
+                    if isinstance(sock, socket.socket):
+                        sock.close()
+        raise
 
 
 def _listen(
     core: ServerCore, config: Config
 ) -> tuple[list[trio.SocketListener | trio.SSLListener[trio.SocketStream]], AsgiServer]:
-    sockets = config.create_sockets()
+    sockets = _create_sockets(config)
     ssl_context = config.create_ssl_context()
     listeners: list[trio.SocketListener | trio.SSLListener[trio.SocketStream]] = []
     urls: list[str] = []
     addresses: list[tuple[str, int]] = []
-    for scheme, group in (("https", sockets.secure_sockets), ("http", sockets.insecure_sockets)):
+    for scheme, group in (
+        ("https", sockets.secure_sockets),
+        ("http", sockets.insecure_sockets),
+    ):
         for sock in group:
             sock.listen(config.backlog)
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-            name = sock.getsockname()
-            urls.append(f"{scheme}://{repr_socket_addr(sock.family, name)}")
-            if isinstance(name, tuple):
-                addresses.append((str(name[0]), int(name[1])))
+            url, address = _where(sock)
+            urls.append(f"{scheme}://{url}")
+            if address is not None:
+                addresses.append(address)
             listeners.append(
                 trio.SSLListener(listener, ssl_context, https_compatible=True)
                 if scheme == "https" and ssl_context is not None
@@ -209,6 +327,20 @@ def _listen(
     for url in urls:
         logger.info("serving on %s", url)
     return listeners, AsgiServer._create(core, tuple(urls), tuple(addresses))  # pyright: ignore[reportPrivateUsage]
+
+
+def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
+    """Return how a listening socket's address is written, and its (host, port)."""
+    name: object = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        return f"unix:{name}", None
+    host, port = cast("tuple[str, int]", name)[:2]
+    return (
+        f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"
+    ), (
+        host,
+        port,
+    )
 
 
 async def _accept(
@@ -228,21 +360,14 @@ async def _accept(
             continue
         connection = Connection(core, stream)
         core.connection_started(connection)
-        connections.start_soon(connection.serve, name=_peer(stream))
-
-
-def _peer(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> str:
-    transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-    try:
-        return "connection from {}:{}".format(*transport.socket.getpeername()[:2])
-    except OSError:
-        return "connection"
+        connections.start_soon(connection.serve, name=connection.name)
 
 
 async def _drain(
     core: ServerCore,
     listeners: Sequence[trio.abc.AsyncResource],
     reserve: float,
+    parent: Bundle | None,
 ) -> None:
     now = trio.current_time()
     deadline = trio.current_effective_deadline()
@@ -272,7 +397,27 @@ async def _drain(
         async with trio.open_nursery() as nursery:
             for connection in list(core.connections):
                 nursery.start_soon(connection.cut)
+        _tell_bundle(core, parent)
         await _wait_closed(core, deadline)
+
+
+def _parent_bundle() -> Bundle | None:
+    """The bundle the calling task is a child of, if it is one."""
+    try:
+        bundle = current_bundle()
+    except RuntimeError:
+        return None  # a server in no bundle: the log says it all
+    return bundle if trio.lowlevel.current_task() in bundle else None
+
+
+def _tell_bundle(core: ServerCore, bundle: Bundle | None) -> None:
+    """Put what the cut-off did in the report of the server's bundle."""
+    if bundle is None:
+        return
+    for request in core.cut_off:
+        bundle.note(f"cut off: {request}")
+    for thread in core.drain.threads_abandoned:
+        bundle.note_abandoned(f"thread {thread!r}")
 
 
 async def _wait_closed(core: ServerCore, until: float) -> None:

@@ -1,6 +1,6 @@
 """How a request handler hears STOP: the server's drain, seen from the app.
 
-`serve_asgi` makes one `_Drain` per server and puts it in a context variable
+`serve_asgi` makes one `Drain` per server and puts it in a context variable
 that every connection, and so every request task, inherits (Starlette's and
 Quart-Trio's tasks inherit the request task's context too, and so do the
 threads Trio starts for sync endpoints). The functions here read it:
@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from .._stop import STOP, StopType
-from .._threads import StopFlag
+from .._threads import StopFlag, ThreadBudget
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -32,15 +32,21 @@ R = TypeVar("R")
 
 
 @attrs.define(eq=False)
-class _Drain:
-    """One server's drain: when STOP came and when requests are cut off."""
+class Drain:
+    """One server's drain: when STOP came and when requests are cut off.
 
+    And the thread budget of its sync endpoints, whose abandoned threads it
+    counts.
+    """
+
+    budget: ThreadBudget
     stopped: trio.Event = attrs.field(factory=trio.Event)
     # Threads read this one; a trio.Event is for the Trio thread only.
     flag: threading.Event = attrs.field(factory=threading.Event)
     # Trio time: the cut-off for requests, and the hard deadline after it.
     cutoff: float = math.inf
     deadline: float = math.inf
+    threads_abandoned: list[str] = attrs.field(factory=list[str])
     # The scopes of the until_stop calls under way, cancelled at STOP.
     _waiting: set[trio.CancelScope] = attrs.field(factory=set["trio.CancelScope"])
 
@@ -69,17 +75,17 @@ class _Drain:
         return STOP
 
 
-_current: contextvars.ContextVar[_Drain] = contextvars.ContextVar(
+_current: contextvars.ContextVar[Drain] = contextvars.ContextVar(
     "trio_graceful.asgi.drain"
 )
 
 
-def enter_drain(drain: _Drain) -> None:
+def enter_drain(drain: Drain) -> None:
     """Make ``drain`` the one the calling task, and the tasks it starts, see."""
     _current.set(drain)
 
 
-def _drain(function: str) -> _Drain:
+def current_drain(function: str) -> Drain:
     try:
         return _current.get()
     except LookupError:
@@ -99,7 +105,7 @@ def stop_requested() -> bool:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    return _drain("stop_requested").flag.is_set()
+    return current_drain("stop_requested").flag.is_set()
 
 
 async def wait_stop() -> None:
@@ -110,7 +116,7 @@ async def wait_stop() -> None:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    await _drain("wait_stop").stopped.wait()
+    await current_drain("wait_stop").stopped.wait()
 
 
 async def until_stop(
@@ -122,11 +128,11 @@ async def until_stop(
     waiting for its next event or a WebSocket handler waiting for the next
     message: at STOP the wait is cancelled and `trio_graceful.STOP` is
     returned, so the handler can send a last event, or CLOSE 1001, and end.
-    As with `InboxReceiver.until_stop`, nothing is lost if ``async_fn`` is
-    cancel-safe (Starlette's ``WebSocket.receive_text`` is not after it has
-    taken a message from the server; its ``receive()`` is). If the server
-    already got STOP, `STOP` is returned at once without calling
-    ``async_fn``. This is a checkpoint.
+    As with `trio_graceful.InboxReceiver.until_stop`, nothing is lost if
+    ``async_fn`` is cancel-safe, as Starlette's ``WebSocket.receive`` and an
+    ASGI ``receive`` are. If the server already got STOP,
+    `trio_graceful.STOP` is returned at once without calling ``async_fn``.
+    This is a checkpoint.
 
     Returns:
         What ``async_fn`` returned, or `trio_graceful.STOP`.
@@ -134,7 +140,7 @@ async def until_stop(
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    return await _drain("until_stop").until_stop(async_fn, args)
+    return await current_drain("until_stop").until_stop(async_fn, args)
 
 
 def stop_deadline() -> float:
@@ -147,7 +153,7 @@ def stop_deadline() -> float:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    return _drain("stop_deadline").cutoff
+    return current_drain("stop_deadline").cutoff
 
 
 def current_stop_flag() -> StopFlag:
@@ -160,5 +166,5 @@ def current_stop_flag() -> StopFlag:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    event = _drain("current_stop_flag").flag
+    event = current_drain("current_stop_flag").flag
     return StopFlag._create(event)  # pyright: ignore[reportPrivateUsage]

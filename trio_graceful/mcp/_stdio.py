@@ -1,0 +1,276 @@
+"""`serve_stdio`: an MCP server made with the official SDK, under `trio_graceful.run`.
+
+The SDK's own stdio transport reads stdin in a worker thread that no
+cancellation reaches, so a server waiting for its next request cannot be
+stopped while its client keeps the pipe open. Here the wire is read by
+`trio_graceful.StdinLines` (no thread; the wait is a Trio checkpoint) and
+written by a `LineWriter` (waits for room, cancellably), and the SDK's
+low-level ``Server.run`` gets them as its two streams. Between the wire and
+the SDK sits this module's `_Session`, which owns the stop:
+
+1. until STOP (or the end of stdin, which asks the runner for a shutdown),
+   every message is passed on and each request is recorded as a call in
+   flight;
+2. after STOP a request is answered at once with an error that says the
+   server is shutting down; everything else (a client's
+   ``notifications/cancelled``, answers to the server's own requests) is
+   still passed on, so calls in flight can finish, or be cancelled;
+3. when no call is in flight the SDK's input ends, the SDK returns, and so
+   does `serve_stdio`.
+
+The handlers run as children of the root bundle (`HandlersInBundle`), so
+the runner's grace bounds them and its hard cancel ends them; the SDK then
+answers each of them with an error, which goes out before the process ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from typing import Any, Final, cast, final
+
+import anyio
+import attrs
+import trio
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.server.lowlevel.server import Server
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCNotification, JSONRPCRequest, jsonrpc_message_adapter
+
+from .._cancellation import PROGRESS_INTERVAL
+from .._exitcodes import ExitCodes
+from .._inbox import InboxReceiver
+from .._runner import Runner, current_runner
+from .._stdin import StdinLines, open_stdin_lines
+from .._stop import STOP
+from .._topology import is_cancellation
+from ._calls import CallTable, describe_call
+from ._claim import claim_stdio
+from ._handlers import HandlersInBundle
+from ._outgoing import REFUSED, WireOut, shutdown_error
+from ._stdout import LineWriter
+
+logger = logging.getLogger("trio_graceful.mcp")
+
+EXIT_CODES: Final = ExitCodes(clean_signals=frozenset({signal.SIGINT, signal.SIGTERM}))
+"""`trio_graceful.run`'s exit statuses for an MCP server: 0 after a graceful stop.
+
+An MCP client stops its server with SIGTERM or SIGINT (or by closing its
+stdin); a server that then finishes its calls within the grace has done
+what it was asked, so it exits with 0 after either signal. A stop that had to
+be forced (the grace ran out, or a second signal came) exits with 128 + the
+signal's number: 130 after SIGINT, 143 after SIGTERM.
+"""
+
+
+def _lowlevel(server: MCPServer | Server[Any]) -> Server[Any]:
+    if isinstance(server, MCPServer):
+        # MCPServer has no public way to serve a pair of streams; the SDK's
+        # own in-memory client reads this attribute too.
+        lowlevel: Server[Any] = server._lowlevel_server  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType]
+        return lowlevel
+    if not isinstance(cast("object", server), Server):
+        raise TypeError(
+            f"server must be an mcp MCPServer or a low-level mcp Server, not {server!r}"
+        )
+    return server
+
+
+def _check_fds(fds: object) -> tuple[int, int] | None:
+    if fds is None:
+        return None
+    if (
+        isinstance(fds, tuple)
+        and len(cast("tuple[object, ...]", fds)) == 2
+        and all(
+            isinstance(fd, int) and not isinstance(fd, bool) and fd >= 0
+            for fd in cast("tuple[object, ...]", fds)
+        )
+    ):
+        return cast("tuple[int, int]", fds)
+    raise TypeError(
+        f"fds must be None or a pair of file descriptors (read, write), not {fds!r}"
+    )
+
+
+async def serve_stdio(
+    server: MCPServer | Server[Any],
+    *,
+    fds: tuple[int, int] | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``server`` over stdio until a shutdown; for `trio_graceful.run`.
+
+    Run it as the program's ``main``::
+
+        sys.exit(trio_graceful.run(
+            trio_graceful.mcp.serve_stdio, server,
+            grace=10, exit_codes=trio_graceful.mcp.EXIT_CODES,
+        ))
+
+    It is ready (``task_status.started()``) once it reads requests. Then:
+
+    * At the first SIGINT or SIGTERM (STOP) it starts no new request: each
+      one that arrives is answered with a JSON-RPC error (code -32000,
+      *server is shutting down; the request was not started*). The calls in
+      flight have the rest of the grace to finish, and their answers go
+      out; a client's ``notifications/cancelled`` still cancels one. When
+      none is left, `serve_stdio` returns.
+    * End of input on stdin, or a stdout whose reader has gone, asks the
+      runner for a graceful shutdown
+      (`trio_graceful.Runner.request_shutdown`), which goes
+      the same way and exits with status 0.
+    * At the hard cancel (the grace ran out, or a second signal) each call
+      still running is cancelled and answered with an error (*the call was
+      cancelled before it finished*), if stdout can still be written.
+
+    Each request's handler runs as a child of the runner's root bundle
+    (`trio_graceful.Runner.root`), named after the call (``tools/call sleep (id 3)``): a
+    tool may call `trio_graceful.run_in_thread` or
+    `trio_graceful.run_process`, whose threads and processes then hear
+    STOP and the hard cancel like any child, and may open an inbox on
+    ``trio_graceful.current_bundle()`` to get STOP itself. A client's
+    ``notifications/cancelled`` hard-cancels that handler, and nothing else.
+    The ``trio_graceful.mcp`` logger names the calls in flight at STOP, every
+    2 seconds while it waits for them, and at the hard cancel.
+
+    While it serves, fd 0 reads ``/dev/null`` and fd 1 writes to stderr, as
+    under the SDK's own stdio transport: a stray ``print()`` cannot corrupt
+    the wire, and a subprocess cannot read the client's requests. The wire
+    itself is read and written through private duplicates, with Trio
+    waiting for it (no thread), and the descriptors' flags are never
+    changed. This is a checkpoint.
+
+    Args:
+        server (mcp.server.mcpserver.MCPServer or mcp.server.lowlevel.Server):
+            The server, made with the SDK; its middleware list gets one more
+            entry while it is served.
+        fds (tuple[int, int] or None): Serve these descriptors (read, write)
+            instead of stdin and stdout, which are then left alone. They are
+            not closed.
+        task_status: Trio's, for `trio_graceful.run` or `trio.Nursery.start`.
+
+    Raises:
+        TypeError: if ``server`` is not an SDK server or ``fds`` not a pair of
+            descriptors.
+        RuntimeError: if not called from a task of `trio_graceful.run`.
+        OSError: if stdin or stdout is not open.
+    """
+    lowlevel = _lowlevel(server)
+    checked_fds = _check_fds(fds)
+    runner = current_runner()
+    _, inbox = runner.root.open_inbox()
+    middleware = HandlersInBundle(runner.root)
+    with contextlib.ExitStack() as stack:
+        read_fd, write_fd = (
+            stack.enter_context(claim_stdio()) if checked_fds is None else checked_fds
+        )
+        lowlevel.middleware.insert(0, middleware)
+        stack.callback(lowlevel.middleware.remove, middleware)
+        to_sdk, from_wire = anyio.create_memory_object_stream[
+            SessionMessage | Exception
+        ]()
+        calls = CallTable()
+        wire = WireOut(LineWriter(write_fd), calls, _stdout_broken)
+        async with (
+            open_stdin_lines(fd=read_fd) as lines,
+            trio.open_nursery() as nursery,
+        ):
+            options = lowlevel.create_initialization_options()
+            nursery.start_soon(lowlevel.run, from_wire, wire, options, name="mcp")
+            task_status.started()
+            async with to_sdk:  # its end ends the SDK's run
+                await _Session(runner, inbox, lines, to_sdk, wire, calls).serve()
+
+
+def _stdout_broken(why: str) -> None:
+    logger.info("stdout closed (%s): shutting down", why)
+    current_runner().request_shutdown("stdout closed")
+
+
+@final
+@attrs.define(eq=False)
+class _Session:
+    """The wire's messages on their way to the SDK, until the calls are done."""
+
+    _runner: Runner
+    _inbox: InboxReceiver[Any]
+    _lines: StdinLines
+    _to_sdk: MemoryObjectSendStream[SessionMessage | Exception]
+    _wire: WireOut
+    _calls: CallTable
+
+    async def serve(self) -> None:
+        """Pass messages on until STOP or end of input, then finish the calls."""
+        try:
+            while True:
+                line = await self._inbox.until_stop(self._next_line)
+                if line is STOP:
+                    logger.info("STOP: no new requests; %s", self._calls.describe())
+                    break
+                if line is None:
+                    logger.info("end of input; %s", self._calls.describe())
+                    self._runner.request_shutdown("end of input")
+                    break
+                await self._take(line, accepting=True)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._refuse_requests)
+                await self._wait_for_calls()
+                nursery.cancel_scope.cancel(reason="no call left in flight")
+        except BaseException as exc:
+            if is_cancellation(exc):
+                logger.warning("hard cancel: %s", self._calls.describe())
+            raise
+
+    async def _next_line(self) -> bytes | None:
+        try:
+            return await self._lines.receive()
+        except trio.EndOfChannel:
+            return None
+
+    async def _refuse_requests(self) -> None:
+        while (line := await self._next_line()) is not None:
+            await self._take(line, accepting=False)
+
+    async def _wait_for_calls(self) -> None:
+        while True:
+            with trio.move_on_after(PROGRESS_INTERVAL):
+                await self._calls.wait_empty()
+                return
+            left = self._runner.status().grace_left
+            logger.info(
+                "waiting for %s; %s",
+                self._calls.describe(),
+                "no time limit" if left is None else f"{left:.1f} s of grace left",
+            )
+
+    async def _take(self, line: bytes, *, accepting: bool) -> None:
+        """Pass one line on to the SDK, or refuse the request it holds."""
+        if not line.strip():
+            return
+        try:
+            message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError as exc:
+            await self._to_sdk.send(exc)  # the SDK decides, as from its own transport
+            return
+        if isinstance(message, JSONRPCRequest):
+            if not accepting:
+                name = describe_call(message.method, message.params, message.id)
+                logger.info("refused %s: shutting down", name)
+                with contextlib.suppress(anyio.BrokenResourceError):
+                    await self._wire.send(shutdown_error(message.id, REFUSED))
+                return
+            self._calls.start(message.method, message.params, message.id)
+        await self._to_sdk.send(SessionMessage(message))
+        if (
+            isinstance(message, JSONRPCNotification)
+            and message.method == "notifications/cancelled"
+        ):
+            # The SDK cancels the handler and never answers the request.
+            request_id = cancelled_request_id_from_params(message.params)
+            cancelled = None if request_id is None else self._calls.end(request_id)
+            if cancelled is not None:
+                logger.info("the client cancelled %s", cancelled)
