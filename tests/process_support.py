@@ -139,6 +139,8 @@ class ProcessLog:
 
     process: trio.Process
     lines: list[str] = attrs.field(factory=list)
+    ready: re.Match[str] | None = None
+    """The line `open_logged_process` waited for."""
     _changed: trio.Event = attrs.field(factory=trio.Event)
     _log_ended: bool = False
 
@@ -181,10 +183,10 @@ L = TypeVar("L", bound=ProcessLog)
 
 @contextlib.asynccontextmanager
 async def open_logged_process(
-    command: list[str], make_log: Callable[[trio.Process], L]
+    command: list[str], make_log: Callable[[trio.Process], L], *, ready: str
 ) -> AsyncIterator[L]:
     """Start ``command`` with its stderr in a pipe; yield ``make_log(process)``,
-    reading it.
+    reading it, once a line matches ``ready`` (kept as ``log.ready``).
 
     A process still running on the way out (a test failed) is killed.
     """
@@ -193,6 +195,7 @@ async def open_logged_process(
         async with trio.open_nursery() as nursery:
             log = make_log(process)
             nursery.start_soon(log.read_log)
+            [log.ready] = await log.wait_for(ready)
             yield log
             if process.returncode is None:
                 process.kill()
@@ -203,3 +206,13 @@ async def open_logged_process(
             await process.wait()
             assert process.stderr is not None
             await process.stderr.aclose()
+
+
+async def refused(port: int) -> bool:
+    """Whether a new connection to ``port`` is refused."""
+    try:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    except OSError:
+        return True
+    await stream.aclose()
+    return False

@@ -29,7 +29,7 @@ import trio
 import wsproto.events
 
 from .examples_loader import EXAMPLES
-from .process_support import ProcessLog, open_logged_process
+from .process_support import ProcessLog, open_logged_process, refused
 from .websocket_clients import (
     ClientRecord,
     WireClient,
@@ -58,7 +58,10 @@ SUMMARY = (
 class ServerProcess(ProcessLog):
     """A running example server and its log, read line by line."""
 
-    url: str = ""
+    @property
+    def url(self) -> str:
+        assert self.ready is not None
+        return self.ready.group(1)
 
     @property
     def port(self) -> int:
@@ -76,9 +79,10 @@ async def server_process(
     *args: str, log_level: str = "DEBUG"
 ) -> AsyncIterator[ServerProcess]:
     command = [sys.executable, str(EXAMPLE), "--port", "0", "--log-level", log_level]
-    async with open_logged_process([*command, *args], ServerProcess) as server:
-        [listening] = await server.wait_for(r"listening on (ws://\S+)")
-        server.url = listening.group(1)
+    listening = r"listening on (ws://\S+)"
+    async with open_logged_process(
+        [*command, *args], ServerProcess, ready=listening
+    ) as server:
         yield server
 
 
@@ -108,15 +112,6 @@ def summary(server: ServerProcess) -> tuple[int, ...]:
     match = re.search(SUMMARY, server.lines[-1])
     assert match, server.log()
     return tuple(map(int, match.groups()))
-
-
-async def refused(port: int) -> bool:
-    try:
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-    except OSError:
-        return True
-    await stream.aclose()
-    return False
 
 
 async def run_rounds(round_fn, count: int) -> None:

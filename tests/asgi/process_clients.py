@@ -32,6 +32,7 @@ from ..examples_loader import EXAMPLES
 from ..process_support import PATIENCE, ProcessLog, open_logged_process
 
 EXAMPLE = EXAMPLES / "asgi_service.py"
+LISTENING = r"listening on http://127\.0\.0\.1:(\d+)"
 STOP_LINE = r"trio_graceful\.asgi: STOP: draining"
 """The server's line once it has got STOP: its listeners are closed."""
 
@@ -40,7 +41,10 @@ STOP_LINE = r"trio_graceful\.asgi: STOP: draining"
 class Service(ProcessLog):
     """A running example process and its log (stderr), read line by line."""
 
-    port: int = 0
+    @property
+    def port(self) -> int:
+        assert self.ready is not None
+        return int(self.ready.group(1))
 
     def logged(self, pattern: str) -> bool:
         """Whether a log line so far matches ``pattern``."""
@@ -61,9 +65,7 @@ async def open_service(*args: str) -> AsyncIterator[Service]:
     A process still running on the way out (a test failed) is killed.
     """
     command = [sys.executable, str(EXAMPLE), "--port", "0", *args]
-    async with open_logged_process(command, Service) as service:
-        [listening] = await service.wait_for(r"listening on http://127\.0\.0\.1:(\d+)")
-        service.port = int(listening.group(1))
+    async with open_logged_process(command, Service, ready=LISTENING) as service:
         yield service
 
 
@@ -73,16 +75,6 @@ def shutdown_time(marker: Path) -> float:
     word, _, at = second.partition(" ")
     assert (first, word) == ("startup", "shutdown"), marker.read_text()
     return float(at)
-
-
-async def refused(port: int) -> bool:
-    """Whether a new connection to ``port`` is refused."""
-    try:
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-    except OSError:
-        return True
-    await stream.aclose()
-    return False
 
 
 def encode_get(target: str) -> bytes:

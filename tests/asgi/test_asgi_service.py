@@ -22,6 +22,7 @@ import httpx
 import pytest
 import trio
 
+from ..process_support import refused
 from .process_clients import (
     PATIENCE,
     STOP_LINE,
@@ -31,7 +32,6 @@ from .process_clients import (
     open_h11_client,
     open_service,
     open_websocket,
-    refused,
     shutdown_time,
 )
 
