@@ -39,6 +39,7 @@ pytestmark = pytest.mark.realtime
 
 # The bound on the exit after a second signal.
 AT_ONCE = 0.5
+TRIES = 3
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
 
 
@@ -304,23 +305,29 @@ async def test_second_signal_exits_at_once(
     first: signal.Signals, second: signal.Signals, drain_delay: bool
 ) -> None:
     # A long grace (and drain delay) and a stream that would take 100 s:
-    # only the second signal can end this soon.
+    # only the second signal can end this soon. A machine busy with other
+    # work can slow one exit down: the best of a few tries must be in time
+    # (an exit that waits for anything fails them all).
     delay = ["--drain-delay", "60"] if drain_delay else []
     ready = r"not ready; serving 60 s more" if drain_delay else STOP_LINE
-    async with (
-        open_service("--grace", "60", *delay) as service,
-        open_h11_client(service.port) as streaming,
-    ):
-        await streaming.send("/stream?n=1000&ms=100")
-        await streaming.reply(until=first_event)
-        elapsed = await exit_time_after_second_signal(service, first, second, ready)
-        status = await service.exit_status()
-    log = service.log()
-    # The hard cancel came from the second signal, not from the grace.
-    assert re.search(r"forcing: SIG(TERM|INT) again", log), log
-    assert "Traceback" not in log, log
-    assert status == 128 + first, log
-    assert elapsed < AT_ONCE
+    timings: list[float] = []
+    while len(timings) < TRIES and (not timings or min(timings) >= AT_ONCE):
+        async with (
+            open_service("--grace", "60", *delay) as service,
+            open_h11_client(service.port) as streaming,
+        ):
+            await streaming.send("/stream?n=1000&ms=100")
+            await streaming.reply(until=first_event)
+            timings.append(
+                await exit_time_after_second_signal(service, first, second, ready)
+            )
+            status = await service.exit_status()
+        log = service.log()
+        # The hard cancel came from the second signal, not from the grace.
+        assert re.search(r"forcing: SIG(TERM|INT) again", log), log
+        assert "Traceback" not in log, log
+        assert status == 128 + first, log
+    assert min(timings) < AT_ONCE, timings
 
 
 async def test_ordinary_requests_with_httpx(tmp_path: Path) -> None:
