@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import signal
 import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -42,7 +43,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 from websocket_requests import InvalidRequest, answer, error_reply, parse_request
 
 import trio_graceful
@@ -50,6 +51,10 @@ import trio_graceful.asgi
 
 GOING_AWAY = 1001
 UNSUPPORTED = 1003
+# Ctrl+C asks for the same graceful shutdown as SIGTERM: both exit 0.
+EXIT_CODES = trio_graceful.ExitCodes(
+    clean_signals=frozenset({signal.SIGINT, signal.SIGTERM})
+)
 
 
 def _query_int(request: Request, name: str, default: int | None = None) -> int:
@@ -154,9 +159,10 @@ async def requests_over_websocket(websocket: WebSocket) -> None:
             idle = trio.Event()
             nursery.start_soon(work_on, request_id, work_ms)
     await websocket.close(close_code)
-    with contextlib.suppress(WebSocketDisconnect):
-        while True:  # until the client's CLOSE
-            await websocket.receive_text()
+    # Until the client's CLOSE: Starlette's receive_text() refuses to read
+    # once the app has sent its own, the ASGI receive() does not.
+    while (await websocket.receive())["type"] != "websocket.disconnect":
+        pass
 
 
 def make_app(marker: Path | None) -> Starlette:
@@ -209,7 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     return trio_graceful.run(
-        serve, args.port, args.marker, **trio_graceful.run_arguments(args)
+        serve,
+        args.port,
+        args.marker,
+        exit_codes=EXIT_CODES,
+        **trio_graceful.run_arguments(args),
     )
 
 
