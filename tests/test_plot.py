@@ -23,7 +23,7 @@ from trio_graceful import (
     record_trace,
 )
 from trio_graceful._plot import LANE_HEIGHT
-from trio_graceful._timeline import place_labels, row_name, rows
+from trio_graceful._timeline import Row, place_labels, row_name, rows
 
 from .examples_loader import EXAMPLES, load_example
 
@@ -230,6 +230,11 @@ def test_row_names_say_what_the_user_named():
             ),
             ("v1.2", ""),
             ("_private", ""),
+            (
+                "svc/connections/10.0.0.7:5000/requests/GET /a/b",
+                "svc/connections/10.0.0.7:5000/requests",
+            ),
+            ("svc/requests/GET /work#2", "svc/requests"),
         ]
     ] == [
         "conn-1",
@@ -240,7 +245,14 @@ def test_row_names_say_what_the_user_named():
         "conns #2",
         "v1.2",
         "_private",
+        "GET /a/b",
+        "GET /work#2",
     ]
+
+
+def test_a_row_named_with_slashes_is_as_deep_as_its_bundle_says():
+    row = Row("svc/requests/GET /a/b", bundle="svc/requests")
+    assert (row.name, row.depth) == ("GET /a/b", 2)
 
 
 async def handle_client(stream):

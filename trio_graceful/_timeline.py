@@ -38,12 +38,26 @@ class Row:
     @property
     def depth(self) -> int:
         """How deep the task is in the tree of bundles."""
+        if _own_name(self.path, self.bundle) is not None:
+            return self.bundle.count("/") + 1
         return self.path.count("/")
 
 
+def _own_name(path: str, bundle: str) -> str | None:
+    """The part of ``path`` after its bundle's path, which may hold ``/`` too."""
+    if bundle and path.startswith(bundle + "/"):
+        return path[len(bundle) + 1 :]
+    return None
+
+
 def row_name(path: str, bundle: str) -> str:
-    """Name the row of the task at ``path``, a child of the bundle ``bundle``."""
-    base, number = _split_number(path.rsplit("/", 1)[-1])
+    """Name the row of the task at ``path``, a child of the bundle ``bundle``.
+
+    A task's own name may hold a ``/`` (a request named ``GET /work``, say):
+    with its bundle known, the name is what follows the bundle's path.
+    """
+    own = _own_name(path, bundle)
+    base, number = _split_number(path.rsplit("/", 1)[-1] if own is None else own)
     parts = base.split(".")
     if len(parts) > 1 and all(p.isidentifier() or p == "<locals>" for p in parts):
         base = parts[-1]  # a function's qualified name
