@@ -70,9 +70,9 @@ class WireClient:
     )
     _events: deque[wsproto.events.Event] = attrs.field(factory=deque)
 
-    async def handshake(self) -> wsproto.events.Event | None:
+    async def handshake(self, target: str = "/") -> wsproto.events.Event | None:
         """Send the opening handshake; return the server's answer (None at EOF)."""
-        request = wsproto.events.Request(host="127.0.0.1", target="/")
+        request = wsproto.events.Request(host="127.0.0.1", target=target)
         await self.stream.send_all(self._protocol.send(request))
         return await self.receive()
 
@@ -121,13 +121,14 @@ class WireClient:
 
 @contextlib.asynccontextmanager
 async def open_wire_client(
-    port: int, *, handshake: bool = True
+    port: int, *, handshake: bool = True, target: str = "/"
 ) -> AsyncIterator[WireClient]:
-    """Connect a `WireClient` and, unless told not to, open the WebSocket."""
+    """Connect a `WireClient` and, unless told not to, open the WebSocket at
+    ``target``."""
     async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
         client = WireClient(stream)
         if handshake:
-            event = await client.handshake()
+            event = await client.handshake(target)
             assert isinstance(event, wsproto.events.AcceptConnection), event
         yield client
 

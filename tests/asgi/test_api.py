@@ -194,7 +194,7 @@ async def test_the_admission_gate_answers_503_at_once_when_full(
         await refused.send("/report")
         answer = await refused.answer()
         assert trio.current_time() == 0
-        assert (answer.status, answer.closes) == (503, True)
+        assert (answer.status, answer.closes) == (503, False)  # still usable
         assert answer.headers[b"retry-after"] == b"7"
         release.set()
         assert [(await c.answer()).status for c in admitted] == [200, 200]
@@ -282,3 +282,33 @@ async def test_a_thread_still_running_at_the_cut_off_is_abandoned() -> None:
         assert budget.threads_abandoned_total == 1
     assert served.report is not None
     assert served.report.abandoned == ("thread '_threaded_app.<locals>.stuck'",)
+
+
+@pytest.mark.realtime
+async def test_a_request_stuck_in_a_thread_that_cannot_be_abandoned_is_answered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What a Starlette "def" endpoint does: a thread without abandon_on_cancel.
+    started, release = threading.Event(), threading.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan_only(receive, send)
+            return
+        started.set()
+        await trio.to_thread.run_sync(release.wait)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"late"})
+
+    async with serving(app, reserve=0.5) as served:
+        client = await served.connect()
+        await client.send("/blocking")
+        await trio.to_thread.run_sync(started.wait)
+        async with trio.open_nursery() as nursery:
+            served.shutdown_soon(nursery, 1)
+            answer = await client.answer()
+            assert (answer.status, answer.closes) == (503, True)
+            assert not release.is_set()  # answered while its thread still runs
+            release.set()
+    assert "GET /blocking did not end when it was cut off" in caplog.text
+    assert served.server.statistics().requests_cut_off == 1

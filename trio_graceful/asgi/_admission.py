@@ -27,8 +27,9 @@ def admission_gate(
     """Wrap ``app`` so that at most ``gate.quota`` of its requests run at once.
 
     A request (HTTP or WebSocket) that finds the gate full is answered at
-    once: ``503`` with ``Retry-After: retry_after`` and ``Connection:
-    close`` for HTTP, the same as the WebSocket handshake's answer. Admitted
+    once: ``503`` with ``Retry-After: retry_after``, the same as the
+    WebSocket handshake's answer; the connection stays open for the next
+    request. Admitted
     requests hold their place until the app returns. Lifespan messages pass
     through. Use it on a group of routes, as Starlette's
     ``Mount("/reports", app=admission_gate(reports, gate))``, or on a whole
@@ -52,11 +53,7 @@ def admission_gate(
     if not isinstance(cast("object", gate), AdmissionGate):
         raise TypeError(f"gate must be an AdmissionGate, not {gate!r}")
     check_count("retry_after", retry_after)
-    headers = [
-        (b"content-length", b"0"),
-        (b"connection", b"close"),
-        (b"retry-after", str(retry_after).encode()),
-    ]
+    headers = [(b"content-length", b"0"), (b"retry-after", str(retry_after).encode())]
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):

@@ -11,11 +11,14 @@ in a plain nursery beside it.
 At the cut-off the connection cancels the bundle's scope. A request task
 that was cut off then ends what its app left open (`Exchange.finish`)
 before it unwinds: that takes a few writes, so it runs shielded, but never
-past the hard deadline nor for longer than `FINISH_BUDGET`.
+past the hard deadline nor for longer than `FINISH_BUDGET`. A request that
+cannot be cancelled (a thread that cannot be abandoned) has its response
+ended by the connection instead (`AppTasks.end_stuck`).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast, final
@@ -26,10 +29,12 @@ from hypercorn.config import Config
 from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
 
 from .._bundle import Bundle
-from ._exchange import Exchange
+from ._exchange import Exchange, Progress
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
+
+logger = logging.getLogger("trio_graceful.asgi")
 
 # Seconds a cut-off request may take to end its response (a 503, a
 # terminating chunk, a CLOSE): a client that reads nothing cannot hold the
@@ -91,6 +96,8 @@ class AppTasks:
         self._apps = apps
         self._helpers = helpers
         self._owner = owner
+        # The requests whose app runs and whose response nobody is ending yet.
+        self._running: dict[Exchange, str] = {}
 
     async def spawn_app(
         self,
@@ -108,13 +115,34 @@ class AppTasks:
         )
         name = request_name(scope)
         if self._owner.cut_off:
-            # Pipelined behind a request that was cut off: answered, not run.
-            self._apps.start_soon(self._finish, exchange, name=name)
+            # Pipelined behind a request that was cut off: answered, not run
+            # (the requests' bundle has closed).
+            self._helpers.start_soon(self._finish, exchange, name, name=name)
         else:
+            self._running[exchange] = name
             self._apps.start_soon(
                 self._run, app, config, scope, from_server.receive, exchange, name=name
             )
         return to_app.send
+
+    @property
+    def running(self) -> frozenset[trio.lowlevel.Task]:
+        """The tasks of the requests running now."""
+        return self._apps.child_tasks
+
+    async def cut(self) -> None:
+        """Cancel the requests; return when their responses have been ended.
+
+        Those that do not end within twice `FINISH_BUDGET` (or half the time
+        left before the hard deadline, if less) are ended without their tasks
+        (`end_stuck`). This is a checkpoint.
+        """
+        if not self._apps.closed:
+            now = trio.current_time()
+            left = self._owner.hard_deadline - now
+            with trio.move_on_at(now + min(2 * FINISH_BUDGET, left / 2)):
+                await self._apps.cancel(0)
+        await self.end_stuck()
 
     def spawn(self, func: Callable[..., Awaitable[object]], *args: Any) -> None:
         """Run one of the protocol's helpers beside the requests."""
@@ -137,19 +165,44 @@ class AppTasks:
                 trio.from_thread.run,
             )
         except BaseException as exc:
+            name = self._running.pop(exchange, None)
             if _only_cancelled(exc):
-                if self._owner.cut_off:
-                    await self._finish(exchange)
+                if self._owner.cut_off and name is not None:
+                    await self._finish(exchange, name)
                 raise
             if not _is_app_error(exc):
                 raise
             # As Hypercorn does: logged, and answered with a 500 if nothing
             # was sent yet.
             await config.log.exception("Error in ASGI Framework")
+        self._running.pop(exchange, None)
         await exchange.close_stream()
 
-    async def _finish(self, exchange: Exchange) -> None:
+    async def end_stuck(self) -> None:
+        """End the responses of the requests a cut-off could not cancel.
+
+        A request waits in a thread that cannot be abandoned, say (a ``def``
+        endpoint of Starlette or Quart): its task runs on until the thread
+        returns, but its client gets its answer now. This is a checkpoint.
+        """
+        stuck, self._running = self._running, {}
+        for exchange, name in stuck.items():
+            logger.warning(
+                "%s did not end when it was cut off: it waits for something that "
+                "cannot be cancelled, such as a thread of a def endpoint (wrap "
+                "it with trio_graceful.asgi.sync_to_async); its response is "
+                "ended without it",
+                name,
+            )
+            await self._finish(exchange, name)
+        await trio.lowlevel.checkpoint()
+
+    async def _finish(self, exchange: Exchange, name: str) -> None:
         owner = self._owner
+        if exchange.progress is Progress.DONE:
+            # Its answer was complete: the client lost nothing.
+            await exchange.close_stream()
+            return
         deadline = min(owner.hard_deadline, trio.current_time() + FINISH_BUDGET)
         what = "not ended: the deadline came first"
         with trio.CancelScope(shield=True, deadline=deadline):
@@ -161,4 +214,4 @@ class AppTasks:
                 what = "cut in the middle of its body; connection closed"
                 owner.abort()
             await exchange.close_stream()
-        owner.request_cut(trio.lowlevel.current_task().name, what)
+        owner.request_cut(name, what)

@@ -16,12 +16,14 @@ a drain needs it to:
   nothing.
 * **Closing** is a FIN, never a reset: everything queued is sent, the write
   side is shut, and what the client still sends is read and dropped until it
-  closes too (at most `LINGER` seconds), so that the kernel has no unread
-  data that would turn the close into an RST.
+  closes too (at most `LINGER` seconds, never past the cut-off), and what is
+  left unread then is dropped too, so that the kernel has no unread data that
+  would turn the close into an RST.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -32,7 +34,6 @@ import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.typing import ConnectionState, TaskGroup
 
-from .._bundle import Bundle
 from .._openbundle import open_bundle
 from ._apps import AppTasks
 from ._core import ServerCore
@@ -44,6 +45,8 @@ MAX_RECV = 2**16
 # Seconds a closed connection waits for the client's own FIN.
 LINGER = 1.0
 _NOTHING_YET = (errno.EAGAIN, errno.EWOULDBLOCK)
+# At most this many reads of MAX_RECV are dropped before a close.
+_DISCARD_READS = 16
 
 
 @final
@@ -81,7 +84,7 @@ class Connection:
         self._wait = trio.CancelScope()
         self._receiving = False
         self._keep_alive = float(core.config.keep_alive_timeout)
-        self._apps: Bundle | None = None
+        self._tasks: AppTasks | None = None
 
     # -- what the protocol and the request tasks ask -------------------------
 
@@ -114,7 +117,7 @@ class Connection:
     @property
     def requests(self) -> frozenset[trio.lowlevel.Task]:
         """The tasks of the requests running on this connection."""
-        return frozenset() if self._apps is None else self._apps.child_tasks
+        return frozenset() if self._tasks is None else self._tasks.running
 
     def abort(self) -> None:
         """Close without ending the response in progress."""
@@ -135,10 +138,10 @@ class Connection:
         what they wrote and close. This is a checkpoint.
         """
         self._cut_off = True
-        if self._apps is not None and not self._apps.closed:
-            await self._apps.cancel(0)
-        else:
+        if self._tasks is None:
             await trio.lowlevel.checkpoint()
+        else:
+            await self._tasks.cut()
 
     # -- running ---------------------------------------------------------------
 
@@ -156,15 +159,15 @@ class Connection:
         except Exception:
             logger.exception("connection from %s failed", self.name)
         finally:
+            if self._socket.fileno() != -1:
+                self._discard_unread()
             await trio.aclose_forcefully(self._stream)
             self._core.connection_ended(self)
 
     async def _serve(self, helpers: trio.Nursery) -> None:
         async with open_bundle(name="requests") as apps:
-            self._apps = apps
-            self._protocol = protocol = self._open_protocol(
-                AppTasks(apps, helpers, self)
-            )
+            self._tasks = AppTasks(apps, helpers, self)
+            self._protocol = protocol = self._open_protocol(self._tasks)
             await protocol.initiate()
             if self.draining:
                 self._told = True
@@ -247,15 +250,26 @@ class Connection:
 
     def _peek(self) -> bytes | None:
         """Return the socket's unread bytes (b"" at EOF), or None if there are none."""
-        with socket.fromfd(
-            self._socket.fileno(), self._socket.family, socket.SOCK_STREAM
-        ) as dup:
+        with self._duplicate() as dup:
             try:
                 return dup.recv(MAX_RECV, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             except OSError as exc:
                 if exc.errno in _NOTHING_YET:
                     return None
                 return b""  # reset: the reader will find out
+
+    def _discard_unread(self) -> None:
+        """Drop what the socket holds unread: closing it then sends no reset."""
+        with self._duplicate() as dup, contextlib.suppress(OSError):
+            for _ in range(_DISCARD_READS):
+                if not dup.recv(MAX_RECV, socket.MSG_DONTWAIT):
+                    return
+
+    def _duplicate(self) -> socket.socket:
+        # A duplicate of the descriptor reads the same socket without
+        # blocking, and without Trio's wait for readiness.
+        sock = self._socket
+        return socket.fromfd(sock.fileno(), sock.family, socket.SOCK_STREAM)
 
     def _wake(self) -> None:
         if self._receiving:

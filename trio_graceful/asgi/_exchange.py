@@ -3,7 +3,8 @@
 An `Exchange` stands between the app and Hypercorn's stream: it passes each
 message on and remembers how far the response got. When the request is cut
 off at the server's deadline, `Exchange.finish` ends what the app left
-open: a response not yet started becomes a 503 with ``Connection: close``,
+open: a response not yet started becomes a 503 (with ``Connection: close``
+if it is the last answer on an HTTP/1.1 connection),
 a started one gets its last (empty) body message, which ends a chunked
 response with its terminating chunk, and an accepted WebSocket gets CLOSE
 1001.
@@ -43,7 +44,7 @@ _STEPS: dict[str, Progress] = {
 class Exchange(metaclass=NoPublicConstructor):
     """The ASGI ``send`` of one request, remembering how far the response got."""
 
-    __slots__ = ("_send", "kind", "progress")
+    __slots__ = ("_send", "closed", "kind", "progress")
 
     def __init__(
         self, kind: str, send: Callable[[ASGISendEvent | None], Awaitable[None]]
@@ -51,9 +52,16 @@ class Exchange(metaclass=NoPublicConstructor):
         self.kind = kind
         self._send = send
         self.progress = Progress.WAITING
+        self.closed = False
 
     async def send(self, message: ASGISendEvent) -> None:
-        """The ``send`` callable the app gets."""
+        """The ``send`` callable the app gets.
+
+        Once the stream is closed (`close_stream`), what the app still sends
+        is dropped: a cut-off has answered for it.
+        """
+        if self.closed:
+            return
         kind = message["type"]
         step = _STEPS.get(kind)
         if step is not None:
@@ -65,7 +73,11 @@ class Exchange(metaclass=NoPublicConstructor):
         await self._send(message)
 
     async def refuse(self) -> None:
-        """Answer 503 with ``Connection: close`` and ``Retry-After``."""
+        """Answer 503 with ``Retry-After``.
+
+        During a drain the HTTP/1.1 protocol adds ``Connection: close`` if it
+        is the last answer of its connection; HTTP/2 forbids the header.
+        """
         start = "http.response.start"
         body = "http.response.body"
         if self.kind == "websocket":
@@ -79,7 +91,6 @@ class Exchange(metaclass=NoPublicConstructor):
                     "status": 503,
                     "headers": [
                         (b"content-length", b"0"),
-                        (b"connection", b"close"),
                         (b"retry-after", RETRY_AFTER),
                     ],
                 },
@@ -95,8 +106,6 @@ class Exchange(metaclass=NoPublicConstructor):
                 was cut before all of its body went out; only closing the
                 connection can end it.
         """
-        if self.progress is Progress.DONE:
-            return "finished"
         if self.progress is Progress.WAITING:
             await self.refuse()
             return "refused with 503"
@@ -117,5 +126,7 @@ class Exchange(metaclass=NoPublicConstructor):
         return "response ended"
 
     async def close_stream(self) -> None:
-        """Tell Hypercorn's stream that the app has finished (``send(None)``)."""
-        await self._send(None)
+        """Tell Hypercorn's stream that the app has finished (``send(None)``), once."""
+        if not self.closed:
+            self.closed = True
+            await self._send(None)

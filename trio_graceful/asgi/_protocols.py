@@ -10,8 +10,7 @@ connection is idle. The subclasses here change just that:
   be the last on its connection carries ``Connection: close``; a response is
   the last unless another complete request is already in the buffers
   (Hypercorn's, or the socket's, peeked without reading). The requests
-  pipelined before STOP are all answered; after the cut-off nothing is
-  recycled.
+  pipelined before STOP are all answered (after the cut-off, with a 503).
 * HTTP/2 (`DrainingH2Protocol`): at STOP a GOAWAY naming the last stream
   received goes out at once, and the open streams finish; Hypercorn then
   refuses new streams and closes the connection when it is idle.
@@ -109,22 +108,22 @@ class DrainingH11Protocol(H11Protocol):
         await super().stream_send(event)
 
     async def _maybe_recycle(self) -> None:
+        await self._close_stream()
         connection = self.connection
         if (
-            not self.drain.cut_off
-            and isinstance(connection, h11.Connection)
+            isinstance(connection, h11.Connection)
             and connection.our_state is h11.DONE
             and connection.their_state is h11.DONE
         ):
-            # Unlike Hypercorn, recycle during a drain too: a response went
-            # out without "Connection: close" only because another request
-            # is waiting to be answered.
-            await self._close_stream()
+            # Unlike Hypercorn, recycle during a drain too, and after the
+            # cut-off: a response went out without "Connection: close" only
+            # because another request is waiting to be answered. The states
+            # are read after _close_stream, which yields: the client's FIN
+            # may have come meanwhile.
             connection.start_next_cycle()
             await self.can_read.set()
             await self.send(Updated(idle=True))
         else:
-            await self._close_stream()
             await self.can_read.set()
             await self.send(Closed())
 
