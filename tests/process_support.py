@@ -3,7 +3,8 @@
 The PID 1 and kill-mode tests start programs that start programs, signal some
 of them, and assert what each one saw. Everything here waits for a condition
 with a generous bound (a busy machine only makes it slower), never for a
-fixed time.
+fixed time. `ProcessLog` is the same for a program a Trio test started: it
+reads its log (stderr) as it comes, and a test waits for a line.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
+
+import attrs
+import trio
 
 PATIENCE = 60.0
 """Seconds to wait for something that takes milliseconds on an idle machine."""
@@ -123,3 +128,91 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"still waiting for {what}"
         time.sleep(0.01)
+
+
+@attrs.define(eq=False)
+class ProcessLog:
+    """The log (stderr, a pipe) of a process started in a Trio test, line by line.
+
+    Run `read_log` in a nursery; then `wait_for` a line.
+    """
+
+    process: trio.Process
+    lines: list[str] = attrs.field(factory=list)
+    ready: re.Match[str] | None = None
+    """The line `open_logged_process` waited for."""
+    _changed: trio.Event = attrs.field(factory=trio.Event)
+    _log_ended: bool = False
+
+    async def read_log(self) -> None:
+        """Read the log until the process closes it."""
+        assert self.process.stderr is not None
+        buffer = b""
+        async for chunk in self.process.stderr:
+            *complete, buffer = (buffer + chunk).split(b"\n")
+            self.lines.extend(line.decode() for line in complete)
+            self._changed.set()
+            self._changed = trio.Event()
+        self._log_ended = True
+        self._changed.set()
+
+    async def wait_for(self, pattern: str, count: int = 1) -> list[re.Match[str]]:
+        """Wait until ``count`` log lines match ``pattern``; return the matches."""
+        with trio.fail_after(PATIENCE):
+            while True:
+                matches = [m for line in self.lines if (m := re.search(pattern, line))]
+                if len(matches) >= count:
+                    return matches
+                assert not self._log_ended, f"{pattern!r} not logged:\n" + self.log()
+                await self._changed.wait()
+
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    async def exit_status(self) -> int:
+        """Wait for the process to exit and its log to be read to the end."""
+        with trio.fail_after(PATIENCE):
+            status = await self.process.wait()
+            while not self._log_ended:
+                await self._changed.wait()
+        return status
+
+
+L = TypeVar("L", bound=ProcessLog)
+
+
+@contextlib.asynccontextmanager
+async def open_logged_process(
+    command: list[str], make_log: Callable[[trio.Process], L], *, ready: str
+) -> AsyncIterator[L]:
+    """Start ``command`` with its stderr in a pipe; yield ``make_log(process)``,
+    reading it, once a line matches ``ready`` (kept as ``log.ready``).
+
+    A process still running on the way out (a test failed) is killed.
+    """
+    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+    try:
+        async with trio.open_nursery() as nursery:
+            log = make_log(process)
+            nursery.start_soon(log.read_log)
+            [log.ready] = await log.wait_for(ready)
+            yield log
+            if process.returncode is None:
+                process.kill()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            assert process.stderr is not None
+            await process.stderr.aclose()
+
+
+async def refused(port: int) -> bool:
+    """Whether a new connection to ``port`` is refused."""
+    try:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    except OSError:
+        return True
+    await stream.aclose()
+    return False

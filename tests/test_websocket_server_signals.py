@@ -19,7 +19,6 @@ import random
 import re
 import resource
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +29,7 @@ import trio
 import wsproto.events
 
 from .examples_loader import EXAMPLES
+from .process_support import ProcessLog, open_logged_process, refused
 from .websocket_clients import (
     ClientRecord,
     WireClient,
@@ -55,38 +55,17 @@ SUMMARY = (
 
 
 @attrs.define(eq=False)
-class ServerProcess:
+class ServerProcess(ProcessLog):
     """A running example server and its log, read line by line."""
 
-    process: trio.Process
-    lines: list[str] = attrs.field(factory=list)
-    _changed: trio.Event = attrs.field(factory=trio.Event)
-    _log_ended: bool = False
-    url: str = ""
+    @property
+    def url(self) -> str:
+        assert self.ready is not None
+        return self.ready.group(1)
 
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1].rstrip("/"))
-
-    async def read_log(self) -> None:
-        assert self.process.stderr is not None
-        buffer = b""
-        async for chunk in self.process.stderr:
-            *complete, buffer = (buffer + chunk).split(b"\n")
-            self.lines.extend(line.decode() for line in complete)
-            self._changed.set()
-            self._changed = trio.Event()
-        self._log_ended = True
-        self._changed.set()
-
-    async def wait_for(self, pattern: str, count: int = 1) -> list[re.Match[str]]:
-        """Wait until ``count`` log lines match ``pattern``; return the matches."""
-        while True:
-            matches = [m for line in self.lines if (m := re.search(pattern, line))]
-            if len(matches) >= count:
-                return matches
-            assert not self._log_ended, f"{pattern!r} not logged:\n" + self.log()
-            await self._changed.wait()
 
     def received(self) -> set[int]:
         """The ids of the requests the server has logged as received."""
@@ -94,41 +73,17 @@ class ServerProcess:
             int(m.group(1)) for line in self.lines if (m := re.search(RECEIVED, line))
         }
 
-    def log(self) -> str:
-        return "\n".join(self.lines)
-
-    async def exit_status(self) -> int:
-        """Wait for the process to exit and its log to be read to the end."""
-        status = await self.process.wait()
-        while not self._log_ended:
-            await self._changed.wait()
-        return status
-
 
 @contextlib.asynccontextmanager
 async def server_process(
     *args: str, log_level: str = "DEBUG"
 ) -> AsyncIterator[ServerProcess]:
     command = [sys.executable, str(EXAMPLE), "--port", "0", "--log-level", log_level]
-    process = await trio.lowlevel.open_process(
-        [*command, *args], stderr=subprocess.PIPE
-    )
-    try:
-        async with trio.open_nursery() as nursery:
-            server = ServerProcess(process)
-            nursery.start_soon(server.read_log)
-            [listening] = await server.wait_for(r"listening on (ws://\S+)")
-            server.url = listening.group(1)
-            yield server
-            if process.returncode is None:
-                process.kill()
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            assert process.stderr is not None
-            await process.stderr.aclose()
+    listening = r"listening on (ws://\S+)"
+    async with open_logged_process(
+        [*command, *args], ServerProcess, ready=listening
+    ) as server:
+        yield server
 
 
 def pipelined(base: int, count: int, rng: random.Random) -> list[tuple[int, int]]:
@@ -157,15 +112,6 @@ def summary(server: ServerProcess) -> tuple[int, ...]:
     match = re.search(SUMMARY, server.lines[-1])
     assert match, server.log()
     return tuple(map(int, match.groups()))
-
-
-async def refused(port: int) -> bool:
-    try:
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-    except OSError:
-        return True
-    await stream.aclose()
-    return False
 
 
 async def run_rounds(round_fn, count: int) -> None:

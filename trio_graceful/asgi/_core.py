@@ -95,20 +95,27 @@ class ServerCore:
         self.requests_total = 0
         # "GET /path: what its end was" for each request cut off.
         self.cut_off: list[str] = []
-        self.all_closed = trio.Event()
-        self.all_closed.set()
+        # Set when the last connection closes, for whoever waits for that.
+        self._all_closed: trio.Event | None = None
 
     def connection_started(self, connection: Connection) -> None:
         """Count a connection that was accepted."""
         self.connections.add(connection)
         self.connections_total += 1
-        self.all_closed = trio.Event()
 
     def connection_ended(self, connection: Connection) -> None:
         """Forget a connection that has closed."""
         self.connections.discard(connection)
+        if not self.connections and self._all_closed is not None:
+            self._all_closed.set()
+
+    async def wait_all_closed(self) -> None:
+        """Wait until no connection is open. This is a checkpoint."""
         if not self.connections:
-            self.all_closed.set()
+            await trio.lowlevel.checkpoint()
+            return
+        self._all_closed = trio.Event()
+        await self._all_closed.wait()
 
     def request_cut(self, name: str, what: str) -> None:
         """Record a request that was cut off; ``what`` says how it ended."""

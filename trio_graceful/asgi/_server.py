@@ -20,40 +20,29 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
-import math
-import socket
 import sys
-import traceback
 from collections.abc import Generator, Sequence
 from typing import Any, cast, final
 
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.lifespan import Lifespan
-from hypercorn.typing import ASGIFramework, ASGISendEvent
-from hypercorn.utils import LifespanFailureError
+from hypercorn.config import Config
+from hypercorn.typing import ASGIFramework
 
 from .._admission import check_count
-from .._bundle import Bundle
 from .._inbox import InboxReceiver
 from .._openbundle import open_bundle
-from .._paths import current_bundle
 from .._stop import STOP
 from .._threads import ThreadBudget, share_default_thread_limiter
 from .._util import NoPublicConstructor, check_seconds
-from ._connection import Connection
 from ._core import AsgiServerStatistics, ServerCore
+from ._lifespan import AppLifespan
+from ._listeners import accept, listen
+from ._shutdown import drain, parent_bundle
 from ._stop import enter_drain
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
-
-logger = logging.getLogger("trio_graceful.asgi")
-
-# Seconds between two progress lines while the server drains.
-PROGRESS_INTERVAL = 1.0
 
 
 @final
@@ -120,11 +109,6 @@ def _config_for(config: Config | None, bind: str | Sequence[str] | None) -> Conf
     return config
 
 
-def _cutoff(deadline: float, now: float, reserve: float) -> float:
-    """Return ``reserve`` before the deadline, or the last tenth of the time left."""
-    return deadline - min(reserve, (deadline - now) / 10)
-
-
 async def serve_asgi(
     inbox: InboxReceiver[Any],
     app: object,
@@ -139,7 +123,9 @@ async def serve_asgi(
 
     Run it as a service of `trio_graceful.run`::
 
-        server = await runner.start_service(serve_asgi, app, bind="0.0.0.0:8000")
+        server = await runner.start_service(
+            functools.partial(serve_asgi, bind="0.0.0.0:8000"), app
+        )
 
     or as a child of any bundle, with an inbox of that bundle
     (``bundle.start(functools.partial(serve_asgi, inbox, app, bind=...))``).
@@ -201,19 +187,20 @@ async def serve_asgi(
         raise TypeError(f"app must be an ASGI app, not {app!r}")
     budget = share_default_thread_limiter(thread_tokens)
     core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config, budget)
-    parent = _parent_bundle()
+    parent = parent_bundle()
     # Bound first: an address in use fails the start before the app starts.
-    listeners, server = _listen(core, config)
+    listeners, urls, addresses = listen(config)
+    server = AsgiServer._create(core, tuple(urls), tuple(addresses))  # pyright: ignore[reportPrivateUsage]
     try:
         with _one_error():
             async with trio.open_nursery() as nursery:
-                lifespan = _Lifespan(core)
+                lifespan = AppLifespan(core)
                 await lifespan.start(nursery)
                 enter_drain(core.drain)
                 async with open_bundle(name="connections") as connections:
                     for listener, url in zip(listeners, server.urls, strict=True):
                         connections.start_soon(
-                            _accept,
+                            accept,
                             listener,
                             connections,
                             core,
@@ -222,7 +209,7 @@ async def serve_asgi(
                     task_status.started(server)
                     while await inbox.receive() is not STOP:
                         pass  # nothing but STOP is meant for a server
-                    await _drain(core, listeners, reserve, parent)
+                    await drain(core, listeners, reserve, parent)
                 await lifespan.shut_down()
                 nursery.cancel_scope.cancel()
     finally:
@@ -240,197 +227,3 @@ def _one_error() -> Generator[None]:
         if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
             raise errors[0] from None
         raise
-
-
-@final
-class _Lifespan(Lifespan):
-    """Hypercorn's lifespan, whose failures are raised where they are awaited.
-
-    Hypercorn raises a failure in the lifespan's own task, and its
-    ``wait_for_startup`` returns as if all was well; here the failure is
-    kept when the app reports it, and raised by `start` or `shut_down`.
-    """
-
-    def __init__(self, core: ServerCore) -> None:
-        super().__init__(core.app, core.config, core.lifespan_state)
-        self._failure: LifespanFailureError | None = None
-
-    async def start(self, nursery: trio.Nursery) -> None:
-        await nursery.start(self._run)
-        await self.wait_for_startup()
-        self._raise_failure()
-
-    async def shut_down(self) -> None:
-        await self.wait_for_shutdown()
-        self._raise_failure()
-
-    async def asgi_send(self, message: ASGISendEvent) -> None:
-        try:
-            await super().asgi_send(message)
-        except LifespanFailureError as exc:
-            self._failure = exc
-            raise
-
-    def _raise_failure(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-
-    async def _run(self, *, task_status: trio.TaskStatus[None]) -> None:
-        with contextlib.suppress(LifespanFailureError):  # raised by start, shut_down
-            await self.handle_lifespan(task_status=task_status)
-
-
-def _create_sockets(config: Config) -> Sockets:
-    """Hypercorn's ``create_sockets``, closing what it leaves open when a bind fails."""
-    try:
-        return config.create_sockets()
-    except OSError as exc:
-        # Hypercorn keeps the socket that failed, and those made before it,
-        # in its locals only: close them, or they stay open until collected.
-        for frame, _ in traceback.walk_tb(exc.__traceback__):
-            local = frame.f_locals
-            for name in ("sock", "sockets", "secure_sockets", "insecure_sockets"):
-                value: object = local.get(name)
-                found = (
-                    cast("list[object]", value) if isinstance(value, list) else [value]
-                )
-                for sock in found:
-                    if isinstance(sock, socket.socket):
-                        sock.close()
-        raise
-
-
-def _listen(
-    core: ServerCore, config: Config
-) -> tuple[list[trio.SocketListener | trio.SSLListener[trio.SocketStream]], AsgiServer]:
-    sockets = _create_sockets(config)
-    ssl_context = config.create_ssl_context()
-    listeners: list[trio.SocketListener | trio.SSLListener[trio.SocketStream]] = []
-    urls: list[str] = []
-    addresses: list[tuple[str, int]] = []
-    for scheme, group in (
-        ("https", sockets.secure_sockets),
-        ("http", sockets.insecure_sockets),
-    ):
-        for sock in group:
-            sock.listen(config.backlog)
-            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-            url, address = _where(sock)
-            urls.append(f"{scheme}://{url}")
-            if address is not None:
-                addresses.append(address)
-            listeners.append(
-                trio.SSLListener(listener, ssl_context, https_compatible=True)
-                if scheme == "https" and ssl_context is not None
-                else listener
-            )
-    for url in urls:
-        logger.info("serving on %s", url)
-    return listeners, AsgiServer._create(core, tuple(urls), tuple(addresses))  # pyright: ignore[reportPrivateUsage]
-
-
-def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
-    """Return how a listening socket's address is written, and its (host, port)."""
-    name: object = sock.getsockname()
-    if sock.family == socket.AF_UNIX:
-        return f"unix:{name}", None
-    host, port = cast("tuple[str, int]", name)[:2]
-    return (
-        f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"
-    ), (
-        host,
-        port,
-    )
-
-
-async def _accept(
-    listener: trio.SocketListener | trio.SSLListener[trio.SocketStream],
-    connections: Bundle,
-    core: ServerCore,
-) -> None:
-    while True:
-        try:
-            stream = await listener.accept()
-        except trio.ClosedResourceError:
-            return  # closed at STOP
-        except OSError as exc:
-            # Out of file descriptors, say: trio.serve_listeners' answer.
-            logger.error("accept failed, trying again in 0.1 s: %s", exc)
-            await trio.sleep(0.1)
-            continue
-        connection = Connection(core, stream)
-        core.connection_started(connection)
-        connections.start_soon(connection.serve, name=connection.name)
-
-
-async def _drain(
-    core: ServerCore,
-    listeners: Sequence[trio.abc.AsyncResource],
-    reserve: float,
-    parent: Bundle | None,
-) -> None:
-    now = trio.current_time()
-    deadline = trio.current_effective_deadline()
-    cutoff = _cutoff(deadline, now, reserve) if deadline < math.inf else math.inf
-    for listener in listeners:
-        await trio.aclose_forcefully(listener)
-    await core.context.terminated.set()
-    core.drain.begin(cutoff=cutoff, deadline=deadline)
-    logger.info(
-        "STOP: draining %d connections, %d requests running; cut-off in %s",
-        len(core.connections),
-        sum(len(c.requests) for c in core.connections),
-        "never" if cutoff == math.inf else f"{cutoff - now:.1f} s",
-    )
-    for connection in list(core.connections):
-        connection.stop()
-    with trio.move_on_at(cutoff):
-        await _wait_closed(core, cutoff)
-    if core.connections:
-        running = core.running_requests()
-        logger.warning(
-            "cut-off: %d connections open, %d requests running%s",
-            len(core.connections),
-            len(running),
-            (", ending them: " + ", ".join(running)) if running else "",
-        )
-        async with trio.open_nursery() as nursery:
-            for connection in list(core.connections):
-                nursery.start_soon(connection.cut)
-        _tell_bundle(core, parent)
-        await _wait_closed(core, deadline)
-
-
-def _parent_bundle() -> Bundle | None:
-    """The bundle the calling task is a child of, if it is one."""
-    try:
-        bundle = current_bundle()
-    except RuntimeError:
-        return None  # a server in no bundle: the log says it all
-    return bundle if trio.lowlevel.current_task() in bundle else None
-
-
-def _tell_bundle(core: ServerCore, bundle: Bundle | None) -> None:
-    """Put what the cut-off did in the report of the server's bundle."""
-    if bundle is None:
-        return
-    for request in core.cut_off:
-        bundle.note(f"cut off: {request}")
-    for thread in core.drain.threads_abandoned:
-        bundle.note_abandoned(f"thread {thread!r}")
-
-
-async def _wait_closed(core: ServerCore, until: float) -> None:
-    while core.connections:
-        with trio.move_on_after(PROGRESS_INTERVAL):
-            await core.all_closed.wait()
-        if core.connections:
-            running = core.running_requests()
-            left = until - trio.current_time()
-            logger.info(
-                "draining: %d connections open, %d requests running%s%s",
-                len(core.connections),
-                len(running),
-                (": " + ", ".join(running)) if running else "",
-                f"; {left:.1f} s to go" if left < math.inf else "",
-            )

@@ -1,0 +1,61 @@
+"""The app's lifespan: Hypercorn's, with its failures raised where they are awaited."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import final
+
+import trio
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.typing import ASGISendEvent
+from hypercorn.utils import LifespanFailureError
+
+from ._core import ServerCore
+
+
+@final
+class AppLifespan(Lifespan):
+    """Hypercorn's lifespan, whose failures are raised where they are awaited.
+
+    Hypercorn raises a failure in the lifespan's own task, and its
+    ``wait_for_startup`` returns as if all was well; here the failure is
+    kept when the app reports it, and raised by `start` or `shut_down`.
+    """
+
+    def __init__(self, core: ServerCore) -> None:
+        super().__init__(core.app, core.config, core.lifespan_state)
+        self._failure: LifespanFailureError | None = None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Run the lifespan in ``nursery``; return once the app has started.
+
+        Raises:
+            hypercorn.utils.LifespanFailureError: if the app's startup failed.
+        """
+        await nursery.start(self._run)
+        await self.wait_for_startup()
+        self._raise_failure()
+
+    async def shut_down(self) -> None:
+        """Tell the app to shut down; return once it has.
+
+        Raises:
+            hypercorn.utils.LifespanFailureError: if the app's shutdown failed.
+        """
+        await self.wait_for_shutdown()
+        self._raise_failure()
+
+    async def asgi_send(self, message: ASGISendEvent) -> None:
+        try:
+            await super().asgi_send(message)
+        except LifespanFailureError as exc:
+            self._failure = exc
+            raise
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def _run(self, *, task_status: trio.TaskStatus[None]) -> None:
+        with contextlib.suppress(LifespanFailureError):  # raised by start, shut_down
+            await self.handle_lifespan(task_status=task_status)

@@ -1,0 +1,105 @@
+"""The server's listening sockets, and the loops that accept their connections."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import traceback
+from typing import cast
+
+import trio
+from hypercorn.config import Config, Sockets
+
+from .._bundle import Bundle
+from ._connection import Connection
+from ._core import ServerCore
+
+logger = logging.getLogger("trio_graceful.asgi")
+
+Listener = trio.SocketListener | trio.SSLListener[trio.SocketStream]
+
+
+def _create_sockets(config: Config) -> Sockets:
+    """Hypercorn's ``create_sockets``, closing what it leaves open when a bind fails."""
+    try:
+        return config.create_sockets()
+    except OSError as exc:
+        # Hypercorn keeps the socket that failed, and those made before it,
+        # in its locals only: close them, or they stay open until collected.
+        for frame, _ in traceback.walk_tb(exc.__traceback__):
+            local = frame.f_locals
+            for name in ("sock", "sockets", "secure_sockets", "insecure_sockets"):
+                value: object = local.get(name)
+                found = (
+                    cast("list[object]", value) if isinstance(value, list) else [value]
+                )
+                for sock in found:
+                    if isinstance(sock, socket.socket):
+                        sock.close()
+        raise
+
+
+def listen(config: Config) -> tuple[list[Listener], list[str], list[tuple[str, int]]]:
+    """Bind and listen as ``config`` says; return the listeners, URLs and addresses.
+
+    Raises:
+        OSError: if an address cannot be bound (nothing is left open).
+    """
+    sockets = _create_sockets(config)
+    ssl_context = config.create_ssl_context()
+    listeners: list[Listener] = []
+    urls: list[str] = []
+    addresses: list[tuple[str, int]] = []
+    for scheme, group in (
+        ("https", sockets.secure_sockets),
+        ("http", sockets.insecure_sockets),
+    ):
+        for sock in group:
+            sock.listen(config.backlog)
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+            url, address = _where(sock)
+            urls.append(f"{scheme}://{url}")
+            if address is not None:
+                addresses.append(address)
+            listeners.append(
+                trio.SSLListener(listener, ssl_context, https_compatible=True)
+                if scheme == "https" and ssl_context is not None
+                else listener
+            )
+    for url in urls:
+        logger.info("serving on %s", url)
+    return listeners, urls, addresses
+
+
+def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
+    """Return how a listening socket's address is written, and its (host, port)."""
+    name: object = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        return f"unix:{name}", None
+    host, port = cast("tuple[str, int]", name)[:2]
+    return (
+        f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"
+    ), (
+        host,
+        port,
+    )
+
+
+async def accept(listener: Listener, connections: Bundle, core: ServerCore) -> None:
+    """Serve each connection ``listener`` accepts as a child of ``connections``.
+
+    Returns when the listener is closed. This is a checkpoint.
+    """
+    while True:
+        try:
+            stream = await listener.accept()
+        except trio.ClosedResourceError:
+            return  # closed at STOP
+        except OSError as exc:
+            # Out of file descriptors, say: trio.serve_listeners' answer.
+            logger.error("accept failed, trying again in 0.1 s: %s", exc)
+            await trio.sleep(0.1)
+            continue
+        connection = Connection(core, stream)
+        core.connection_started(connection)
+        connections.start_soon(connection.serve, name=connection.name)

@@ -1,0 +1,108 @@
+"""The server's shutdown: STOP, the drain, the cut-off, and what the report says.
+
+At STOP the listeners close and every connection and the app are told; the
+server then waits for the connections to close, with a progress line every
+`PROGRESS_INTERVAL` seconds naming the requests still running. At the
+cut-off (`cutoff`) what still runs is cut off, and noted in the report of
+the bundle the server is a child of.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import trio
+
+from .._bundle import Bundle
+from .._paths import current_bundle
+from ._core import ServerCore
+
+logger = logging.getLogger("trio_graceful.asgi")
+
+# Seconds between two progress lines while the server drains.
+PROGRESS_INTERVAL = 1.0
+
+
+def cutoff(deadline: float, now: float, reserve: float) -> float:
+    """Return ``reserve`` before the deadline, or the last tenth of the time left."""
+    return deadline - min(reserve, (deadline - now) / 10)
+
+
+async def drain(
+    core: ServerCore,
+    listeners: Sequence[trio.abc.AsyncResource],
+    reserve: float,
+    parent: Bundle | None,
+) -> None:
+    """Drain the server after STOP, within the calling task's deadline.
+
+    ``parent`` is the bundle whose report gets the cut-off's notes. This is
+    a checkpoint.
+    """
+    now = trio.current_time()
+    deadline = trio.current_effective_deadline()
+    cut = cutoff(deadline, now, reserve) if deadline < math.inf else math.inf
+    for listener in listeners:
+        await trio.aclose_forcefully(listener)
+    await core.context.terminated.set()
+    core.drain.begin(cutoff=cut, deadline=deadline)
+    logger.info(
+        "STOP: draining %d connections, %d requests running; cut-off in %s",
+        len(core.connections),
+        sum(len(c.requests) for c in core.connections),
+        "never" if cut == math.inf else f"{cut - now:.1f} s",
+    )
+    for connection in list(core.connections):
+        connection.stop()
+    with trio.move_on_at(cut):
+        await _wait_closed(core, cut)
+    if core.connections:
+        running = core.running_requests()
+        logger.warning(
+            "cut-off: %d connections open, %d requests running%s",
+            len(core.connections),
+            len(running),
+            (", ending them: " + ", ".join(running)) if running else "",
+        )
+        async with trio.open_nursery() as nursery:
+            for connection in list(core.connections):
+                nursery.start_soon(connection.cut)
+        _tell_bundle(core, parent)
+        await _wait_closed(core, deadline)
+
+
+def parent_bundle() -> Bundle | None:
+    """The bundle the calling task is a child of, if it is one."""
+    try:
+        bundle = current_bundle()
+    except RuntimeError:
+        return None  # a server in no bundle: the log says it all
+    return bundle if trio.lowlevel.current_task() in bundle else None
+
+
+def _tell_bundle(core: ServerCore, bundle: Bundle | None) -> None:
+    """Put what the cut-off did in the report of the server's bundle."""
+    if bundle is None:
+        return
+    for request in core.cut_off:
+        bundle.note(f"cut off: {request}")
+    for thread in core.drain.threads_abandoned:
+        bundle.note_abandoned(f"thread {thread!r}")
+
+
+async def _wait_closed(core: ServerCore, until: float) -> None:
+    while core.connections:
+        with trio.move_on_after(PROGRESS_INTERVAL):
+            await core.wait_all_closed()
+        if core.connections:
+            running = core.running_requests()
+            left = until - trio.current_time()
+            logger.info(
+                "draining: %d connections open, %d requests running%s%s",
+                len(core.connections),
+                len(running),
+                (": " + ", ".join(running)) if running else "",
+                f"; {left:.1f} s to go" if left < math.inf else "",
+            )
