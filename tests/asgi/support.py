@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 import h11
 import trio
+import trio.testing
 
 import trio_graceful
 from trio_graceful.asgi import AsgiServer, serve_asgi
@@ -52,14 +53,24 @@ class Served:
         self.clients.append(client)  # closed when the test's server stops
         return client
 
+    async def request(self, *targets: str) -> RawClient:
+        """Connect, send ``targets`` pipelined, and wait until the server is idle."""
+        client = await self.connect()
+        await client.send(*targets)
+        await trio.testing.wait_all_tasks_blocked()
+        return client
+
+    @contextlib.asynccontextmanager
+    async def stopping(self, grace: float) -> AsyncIterator[None]:
+        """Shut down with ``grace`` while the block runs; leave when both are done."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.shutdown, grace)
+            yield
+
     async def shutdown(self, grace: float) -> trio_graceful.CancelReport:
         """STOP, then ``grace`` seconds: what a runner does to its services."""
         self.report = await self.bundle.shutdown(grace)
         return self.report
-
-    def shutdown_soon(self, nursery: trio.Nursery, grace: float) -> None:
-        """Start `shutdown` in ``nursery``; the test goes on meanwhile."""
-        nursery.start_soon(self.shutdown, grace)
 
 
 @contextlib.asynccontextmanager

@@ -253,8 +253,7 @@ async def test_a_thread_hears_stop_through_the_stop_flag() -> None:
         budget = served.server.thread_budget.statistics()
         assert (budget.total_tokens, budget.threads_running) == (3, 1)
         assert trio.to_thread.current_default_thread_limiter().total_tokens == 3
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 30)
+        async with served.stopping(30):
             answer = await client.answer()
             assert (answer.status, answer.body, answer.closes) == (
                 200,
@@ -272,8 +271,7 @@ async def test_a_thread_still_running_at_the_cut_off_is_abandoned() -> None:
         client = await served.connect()
         await client.send("/stuck")
         await trio.to_thread.run_sync(started.wait)
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 0.3)
+        async with served.stopping(0.3):
             answer = await client.answer()
             assert (answer.status, answer.closes) == (503, True)
         stats = served.server.statistics()
@@ -304,8 +302,7 @@ async def test_a_request_stuck_in_a_thread_that_cannot_be_abandoned_is_answered(
         client = await served.connect()
         await client.send("/blocking")
         await trio.to_thread.run_sync(started.wait)
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 1)
+        async with served.stopping(1):
             answer = await client.answer()
             assert (answer.status, answer.closes) == (503, True)
             assert not release.is_set()  # answered while its thread still runs

@@ -46,8 +46,7 @@ async def test_an_idle_keep_alive_connection_gets_a_fin_at_stop(
         assert not (await client.answer()).closes
         await trio.sleep(3)
         stop = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        async with served.stopping(10):
             assert await client.end() == "eof"
             assert trio.current_time() == stop
             await client.aclose()
@@ -63,8 +62,7 @@ async def test_a_request_in_flight_is_answered_with_connection_close(
         client = await served.connect()
         await client.send("/work?s=4")
         await trio.sleep(1)
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        async with served.stopping(10):
             answer = await client.answer()
             assert (answer.status, answer.body, answer.closes) == (200, b"done", True)
             assert trio.current_time() == 4
@@ -80,8 +78,7 @@ async def test_pipelined_requests_are_all_answered_and_only_the_last_says_close(
         client = await served.connect()
         await client.send("/work?s=2", "/work?s=1", "/work?s=1")
         await trio.sleep(1)
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        async with served.stopping(10):
             answers = [await client.answer() for _ in range(3)]
             assert [a.status for a in answers] == [200, 200, 200]
             assert [a.closes for a in answers] == [False, False, True]
@@ -99,8 +96,7 @@ async def test_a_request_half_received_at_stop_is_not_started(
         client = await served.connect()
         await client.send("/work?s=2")
         await client.send_raw(b"GET /work HTTP/1.1\r\nHost: te")
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        async with served.stopping(10):
             answer = await client.answer()
             assert (answer.status, answer.closes) == (200, True)
             assert await client.end() == "eof"
@@ -112,11 +108,8 @@ async def test_the_listeners_close_at_stop(
     tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving(make_app(log), tmp_path) as served:
-        busy = await served.connect()
-        await busy.send("/work?s=5")
-        await trio.testing.wait_all_tasks_blocked()
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        busy = await served.request("/work?s=5")
+        async with served.stopping(10):
             await trio.testing.wait_all_tasks_blocked()
             with pytest.raises(OSError, match="Connection refused"):
                 await served.connect()
@@ -142,11 +135,8 @@ async def test_a_request_cut_before_its_response_gets_a_503(
     tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving(make_app(log), tmp_path) as served:
-        client = await served.connect()
-        await client.send("/work?s=60")
-        await trio.testing.wait_all_tasks_blocked()
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        client = await served.request("/work?s=60")
+        async with served.stopping(10):
             answer = await client.answer()
             # The cut-off: the reserve of 1 s before the deadline.
             assert trio.current_time() == 9
@@ -165,11 +155,8 @@ async def test_a_stream_cut_off_ends_with_the_terminating_chunk(
     tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving(make_app(log), tmp_path) as served:
-        client = await served.connect()
-        await client.send("/stream?n=100&s=1")
-        await trio.testing.wait_all_tasks_blocked()
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 5)
+        client = await served.request("/stream?n=100&s=1")
+        async with served.stopping(5):
             answer = await client.answer()  # a whole chunked message
             # A grace of 5: the last tenth is kept, so the cut-off is at 4.5.
             assert trio.current_time() == 4.5
@@ -184,11 +171,8 @@ async def test_a_sized_response_cut_in_its_body_is_closed_not_completed(
     tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving(make_app(log), tmp_path) as served:
-        client = await served.connect()
-        await client.send("/sized?n=100&s=2")
-        await trio.testing.wait_all_tasks_blocked()
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        client = await served.request("/sized?n=100&s=2")
+        async with served.stopping(10):
             assert await client.end() == "eof"
             assert trio.current_time() == 9
             head, _, body = bytes(client.raw).partition(b"\r\n\r\n")
@@ -201,11 +185,8 @@ async def test_without_a_deadline_nothing_is_cut_off(
     tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving(make_app(log), tmp_path) as served:
-        client = await served.connect()
-        await client.send("/stream?n=30&s=1")
-        await trio.testing.wait_all_tasks_blocked()
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, math.inf)
+        client = await served.request("/stream?n=30&s=1")
+        async with served.stopping(math.inf):
             answer = await client.answer()
             assert trio.current_time() == 30
             assert len(answer.body) == 300
@@ -216,11 +197,8 @@ async def test_the_lifespan_shuts_down_after_the_last_connection(
     tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with serving(make_app(log), tmp_path) as served:
-        client = await served.connect()
-        await client.send("/work?s=3")
-        await trio.testing.wait_all_tasks_blocked()
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        client = await served.request("/work?s=3")
+        async with served.stopping(10):
             await client.answer()
             await trio.sleep(2)  # the client closes late: the server waits
             await client.aclose()
@@ -237,8 +215,7 @@ async def test_handlers_hear_stop_in_band(
         await waiting.send("/wait-stop")
         await streaming.send("/until-stop")
         await trio.sleep(2.5)
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        async with served.stopping(10):
             answer = await waiting.answer()
             assert (answer.body, answer.closes) == (b"9.0", True)
             streamed = await streaming.answer()
@@ -278,8 +255,7 @@ async def test_a_hard_cancel_ends_the_server_at_once(
             client = RawClient(await trio.open_unix_socket(str(served.path)))
             await client.send("/work?s=60")
             await trio.testing.wait_all_tasks_blocked()
-            async with trio.open_nursery() as nursery:
-                served.shutdown_soon(nursery, 10)
+            async with served.stopping(10):
                 await trio.sleep(2)
                 scope.cancel()
     assert trio.current_time() == 2

@@ -25,7 +25,7 @@ from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import connect as websocket_connect
 
 from tests.asgi.apps import Log, make_app
-from tests.asgi.support import serving
+from tests.asgi.support import Served, serving
 
 pytestmark = pytest.mark.realtime
 
@@ -37,8 +37,7 @@ async def test_pipelined_requests_over_tcp_are_answered_and_closed_with_a_fin() 
         await idle.answer()
         await busy.send("/work?s=0.3", "/work", "/work")
         await trio.testing.wait_all_tasks_blocked()
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        async with served.stopping(10):
             assert await idle.end() == "eof"
             answers = [await busy.answer() for _ in range(3)]
             assert [a.closes for a in answers] == [False, False, True]
@@ -51,16 +50,23 @@ async def test_httpx_gets_its_answer_and_does_not_reuse_the_connection() -> None
         url = served.server.urls[0]
         async with httpx.AsyncClient() as client:
             assert (await client.get(f"{url}/work")).status_code == 200
-            async with trio.open_nursery() as nursery:
+            await _answered_while_stopping(served, client, url)
 
-                async def in_flight() -> None:
-                    response = await client.get(f"{url}/work?s=0.3")
-                    assert response.status_code == 200
-                    assert response.headers["connection"] == "close"
 
-                nursery.start_soon(in_flight)
-                await trio.testing.wait_all_tasks_blocked()
-                served.shutdown_soon(nursery, 10)
+async def _answered_while_stopping(
+    served: Served, client: httpx.AsyncClient, url: str
+) -> None:
+    """A request in flight at STOP gets its answer, which says close."""
+    async with trio.open_nursery() as nursery:
+
+        async def in_flight() -> None:
+            response = await client.get(f"{url}/work?s=0.3")
+            assert response.status_code == 200
+            assert response.headers["connection"] == "close"
+
+        nursery.start_soon(in_flight)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(served.shutdown, 10)
 
 
 def _frames(buffer: bytearray) -> list[Frame]:
@@ -90,8 +96,7 @@ async def test_http2_gets_goaway_at_stop_and_its_open_streams_finish() -> None:
         await stream.send_all(client.data_to_send())
         await trio.testing.wait_all_tasks_blocked()
         frames: list[Frame] = []
-        async with trio.open_nursery() as nursery:
-            served.shutdown_soon(nursery, 10)
+        async with served.stopping(10):
             await trio.testing.wait_all_tasks_blocked()
             # Sent before this client read the GOAWAY: refused, not processed.
             client.send_headers(3, [*headers, (b":path", b"/work")], end_stream=True)
@@ -137,19 +142,8 @@ async def test_tls_serves_http2_through_alpn_and_drains_http1() -> None:
             async with httpx.AsyncClient(verify=context, http2=True) as client:
                 response = await client.get(f"{url}/work")
                 assert (response.status_code, response.http_version) == (200, "HTTP/2")
-            async with (
-                httpx.AsyncClient(verify=context) as client,
-                trio.open_nursery() as nursery,
-            ):
-
-                async def in_flight() -> None:
-                    late = await client.get(f"{url}/work?s=0.3")
-                    assert late.status_code == 200
-                    assert late.headers["connection"] == "close"
-
-                nursery.start_soon(in_flight)
-                await trio.testing.wait_all_tasks_blocked()
-                served.shutdown_soon(nursery, 10)
+            async with httpx.AsyncClient(verify=context) as client:
+                await _answered_while_stopping(served, client, url)
 
 
 def _talk(port: int, talking: Callable[[], object]) -> int | None:
@@ -177,7 +171,7 @@ async def test_a_websocket_closes_with_1001_and_waits_for_the_client() -> None:
 
         nursery.start_soon(client)
         await talking.wait()
-        served.shutdown_soon(nursery, 10)
+        nursery.start_soon(served.shutdown, 10)
     assert codes == [1001]
     said = [name for name, _ in log.events]
     assert said.index("websocket sent CLOSE") < said.index("websocket got CLOSE")

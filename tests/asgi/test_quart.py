@@ -131,7 +131,7 @@ class Running:
         client = await self.connect()
         await client.send("/stop-info")
         await self.wait_arrived("GET /stop-info")
-        self.served.shutdown_soon(nursery, grace)
+        nursery.start_soon(self.served.shutdown, grace)
         [answer] = await read_to_the_end(client)
         return json.loads(answer.body)
 
@@ -387,7 +387,9 @@ async def test_the_websockets_library_client_hears_1001_and_answers_it():
     async with running_app() as running, trio.open_nursery() as nursery:
 
         def stop() -> None:
-            trio.from_thread.run_sync(running.served.shutdown_soon, nursery, PATIENCE)
+            trio.from_thread.run_sync(
+                nursery.start_soon, running.served.shutdown, PATIENCE
+            )
 
         url = f"ws://127.0.0.1:{running.port}/echo"
         rcvd, sent = await trio.to_thread.run_sync(echo_then_wait_for_close, url, stop)
