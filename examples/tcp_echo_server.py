@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import typing
 
 import trio
 
@@ -68,8 +67,9 @@ async def serve(
             port,
             host="127.0.0.1",
             # trio.serve_tcp annotates this argument as trio.Nursery, which
-            # only Trio can create; a Bundle has everything it uses.
-            handler_nursery=typing.cast(trio.Nursery, connections),
+            # only Trio can create; as_nursery() is the bundle itself, typed
+            # as one (a Bundle has everything serve_tcp uses).
+            handler_nursery=connections.as_nursery(),
             task_status=task_status,
         )
         # Cancelling serve_tcp only closes the listener: the connections are

@@ -37,7 +37,6 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
 
 import attrs
 import trio
@@ -138,7 +137,7 @@ class WorkServer:
                     self._serve_tcp,
                     list(listeners),
                     # a Bundle stands in for a Nursery
-                    handler_nursery=cast(trio.Nursery, connections),
+                    handler_nursery=connections.as_nursery(),
                 )
                 task_status.started()
                 # Cancelling serve_listeners closes the listeners, nothing else.

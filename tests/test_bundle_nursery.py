@@ -508,6 +508,17 @@ async def test_report_records_a_raising_child(autojump_clock):
 # -- real servers: a bundle as handler_nursery --------------------------------
 
 
+async def test_as_nursery_is_the_bundle_itself(autojump_clock):
+    # A typing view only: the same object, so the children it gets are the
+    # bundle's and shutdown() reaches them.
+    async with open_bundle(name="handlers") as bundle:
+        nursery = bundle.as_nursery()
+        assert nursery is bundle
+        nursery.start_soon(trio.sleep_forever, name="conn")
+        await trio.testing.wait_all_tasks_blocked()
+        assert [c.name for c in (await bundle.cancel(grace=1)).children] == ["conn"]
+
+
 async def test_serve_tcp_with_bundle_as_handler_nursery():
     handled: list[bytes] = []
     release = trio.Event()
@@ -524,7 +535,11 @@ async def test_serve_tcp_with_bundle_as_handler_nursery():
         async with trio.open_nursery() as server_nursery:
             listeners = await server_nursery.start(
                 functools.partial(
-                    trio.serve_tcp, handler, 0, host="127.0.0.1", handler_nursery=bundle
+                    trio.serve_tcp,
+                    handler,
+                    0,
+                    host="127.0.0.1",
+                    handler_nursery=bundle.as_nursery(),
                 )
             )
             port = listeners[0].socket.getsockname()[1]

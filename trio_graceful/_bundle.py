@@ -63,11 +63,11 @@ class Bundle(metaclass=NoPublicConstructor):
     A bundle can stand in for a `trio.Nursery`: it has `start_soon`, `start`,
     `cancel_scope`, `child_tasks` and `parent_task`, so it can be passed as
     ``handler_nursery`` to `trio.serve_tcp`, `trio.serve_listeners` or
-    trio-websocket's ``serve_websocket``. (Those functions annotate the
-    argument as `trio.Nursery`, a class nothing else can be; for a type
-    checker, write ``handler_nursery=typing.cast(trio.Nursery, bundle)``.)
-    Its own operations are `cancel`, `shutdown`, `open_inbox`, `on_stop` and
-    `statistics`.
+    trio-websocket's ``serve_websocket``. Those functions annotate the
+    argument as `trio.Nursery`, a class nothing else can be, so pass
+    ``handler_nursery=bundle.as_nursery()``: the same bundle, typed as a
+    nursery (see `as_nursery`). Its own operations are `cancel`, `shutdown`,
+    `open_inbox`, `on_stop` and `statistics`.
     """
 
     _name: str
@@ -127,6 +127,26 @@ class Bundle(metaclass=NoPublicConstructor):
     def parent_task(self) -> trio.lowlevel.Task:
         """The task that opened the bundle, as `trio.Nursery.parent_task`."""
         return self._levels.outer.parent_task
+
+    def as_nursery(self) -> trio.Nursery:
+        """Return this bundle, typed as a `trio.Nursery` for type checkers.
+
+        For the ``handler_nursery`` argument of `trio.serve_tcp`,
+        `trio.serve_listeners` and trio-websocket's ``serve_websocket``, which
+        are annotated `trio.Nursery`, a class only Trio can create::
+
+            await trio.serve_tcp(handler, port, handler_nursery=bundle.as_nursery())
+
+        Nothing is wrapped or converted: the result *is* the bundle (``bundle
+        .as_nursery() is bundle``), so its children are the bundle's children
+        and `cancel` and `shutdown` reach them. Only the nursery surface
+        (`start_soon`, `start`, `cancel_scope`, `child_tasks`, `parent_task`)
+        exists on it. Not a checkpoint.
+
+        Returns:
+            trio.Nursery: This bundle.
+        """
+        return cast("trio.Nursery", self)
 
     def start_soon(
         self,
@@ -283,6 +303,8 @@ class Bundle(metaclass=NoPublicConstructor):
 
         Raises:
             TypeError: if ``callback`` is not callable.
+            RuntimeError: if the bundle is closed: no shutdown can begin any
+                more, so the callback could never be called.
         """
         if not callable(callback):
             raise TypeError(f"callback must be callable, not {callback!r}")
@@ -315,7 +337,8 @@ class Bundle(metaclass=NoPublicConstructor):
 
         Raises:
             TypeError, ValueError: for a bad ``max_buffer_size``.
-            RuntimeError: if the bundle is closed.
+            RuntimeError: if the bundle is closed: no shutdown can begin any
+                more, so the inbox would never get STOP.
         """
         self._phase.check_open()
         sender: InboxSender[Any]

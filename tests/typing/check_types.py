@@ -65,3 +65,14 @@ async def code_after_a_bundle_block_runs() -> None:
     async with open_bundle() as bundle:
         default_grace = await bundle.cancel()
     assert_type(default_grace, CancelReport)
+
+
+async def echo(stream: trio.SocketStream) -> None: ...
+
+
+async def a_bundle_is_a_handler_nursery() -> None:
+    # trio.serve_tcp annotates handler_nursery as trio.Nursery: as_nursery()
+    # is the typed way to pass a bundle, with no cast in user code.
+    async with open_bundle(name="connections") as connections:
+        assert_type(connections.as_nursery(), trio.Nursery)
+        await trio.serve_tcp(echo, 0, handler_nursery=connections.as_nursery())
