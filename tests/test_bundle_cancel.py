@@ -434,8 +434,33 @@ async def test_closed_after_cancel_returns(autojump_clock):
             bundle.start_soon(trio.sleep, 1)
         with pytest.raises(RuntimeError, match=message):
             await bundle.start(trio.sleep, 1)
-        with pytest.raises(RuntimeError, match=message):
+
+
+async def test_inbox_and_callback_after_close_are_refused(autojump_clock):
+    # Nothing could ever stop them: no shutdown can begin on a closed bundle.
+    async with open_bundle(name="jobs") as bundle:
+        await bundle.cancel(grace=1)
+        with pytest.raises(
+            RuntimeError,
+            match=r"^bundle 'jobs' is closed: cancel\(\) has finished; "
+            r"an inbox opened now would never get STOP$",
+        ):
             bundle.open_inbox()
+        with pytest.raises(
+            RuntimeError,
+            match=r"^bundle 'jobs' is closed: cancel\(\) has finished; "
+            r"a callback registered now could never be called$",
+        ):
+            bundle.on_stop(print)
+    assert bundle.statistics().inboxes == 0
+    async with open_bundle(name="plain") as plain:
+        pass
+    with pytest.raises(
+        RuntimeError,
+        match=r"^bundle 'plain' is closed: its block has exited; "
+        r"a callback registered now could never be called$",
+    ):
+        plain.on_stop(print)
 
 
 async def test_closed_after_block_exits(autojump_clock):

@@ -308,6 +308,7 @@ class Bundle(metaclass=NoPublicConstructor):
         """
         if not callable(callback):
             raise TypeError(f"callback must be callable, not {callback!r}")
+        self._phase.check_open("a callback registered now could never be called")
         return self._stop_fanout().on_stop(callback)
 
     def __contains__(self, task: object) -> bool:
@@ -340,7 +341,7 @@ class Bundle(metaclass=NoPublicConstructor):
             RuntimeError: if the bundle is closed: no shutdown can begin any
                 more, so the inbox would never get STOP.
         """
-        self._phase.check_open()
+        self._phase.check_open("an inbox opened now would never get STOP")
         sender: InboxSender[Any]
         receiver: InboxReceiver[Any]
         state: InboxState[Any]

@@ -55,12 +55,15 @@ class PhaseRecord:
         """Close the bundle, saying ``reason`` to later starters, unless it is."""
         if self.phase is not BundlePhase.CLOSED:
             self.move_to(BundlePhase.CLOSED)
-            self._closed_reason = (
-                f"bundle {self._name!r} is closed: {reason}; "
-                f"no new tasks can be started"
-            )
+            self._closed_reason = reason
 
-    def check_open(self) -> None:
-        """Raise `RuntimeError` with the reason if the bundle is closed."""
+    def check_open(self, consequence: str = "no new tasks can be started") -> None:
+        """Raise `RuntimeError` with the reason if the bundle is closed.
+
+        The message says why it is closed and ``consequence``, what the
+        refused call would have meant.
+        """
         if self.phase is BundlePhase.CLOSED:
-            raise RuntimeError(self._closed_reason)
+            raise RuntimeError(
+                f"bundle {self._name!r} is closed: {self._closed_reason}; {consequence}"
+            )
