@@ -312,6 +312,47 @@ def test_a_budget_too_small_shortens_the_grace_and_says_so(caplog):
     )
 
 
+def test_a_grace_shortened_to_zero_is_called_out():
+    # --stop-budget 3 --grace 5: 3 s minus the emergency exit's 2 s leave 1 s,
+    # all of it for the unwind budget; no grace is left at all.
+    times = StopTimes(drain_delay=0, grace=5, unwind_budget=3, stop_budget=3)
+    fitted, warning = fit_stop_budget(times)
+    assert fitted == StopTimes(drain_delay=0, grace=0, unwind_budget=1, stop_budget=3)
+    assert warning == (
+        "the shutdown does not fit the stop budget of 3 s: drain_delay 0 s + "
+        "grace 5 s + unwind_budget 3 s + 2 s for the emergency exit = 10 s; "
+        "shortened to fit: grace 5 s -> 0 s, unwind_budget 3 s -> 1 s; "
+        "the grace is now 0: at the shutdown main and its tasks are "
+        "hard-cancelled at once, with no time to finish their work"
+    )
+
+
+def test_a_budget_that_cannot_be_met_even_shortened_says_so(caplog):
+    async def main() -> None:
+        pass
+
+    assert run(main, grace=5, stop_budget=1) == 0
+    assert stage_lines(caplog)[0] == (
+        "WARNING",
+        "the shutdown does not fit the stop budget of 1 s: drain_delay 0 s + "
+        "grace 5 s + unwind_budget 3 s + 2 s for the emergency exit = 10 s; "
+        "shortened to fit: grace 5 s -> 0 s, unwind_budget 3 s -> 0 s; "
+        "it still does not fit: the emergency exit alone takes 2 s, so SIGKILL "
+        "may come before the report and the exit status; give a stop budget "
+        "of at least 2 s; "
+        "the grace is now 0: at the shutdown main and its tasks are "
+        "hard-cancelled at once, with no time to finish their work",
+    )
+
+
+def test_a_zero_grace_asked_for_is_not_called_shortened():
+    times = StopTimes(drain_delay=0, grace=0, unwind_budget=3, stop_budget=4)
+    fitted, warning = fit_stop_budget(times)
+    assert fitted.grace == 0
+    assert warning is not None
+    assert "the grace is now 0" not in warning
+
+
 @given(
     st.floats(0, 100),
     st.one_of(st.floats(0, 100), st.just(math.inf)),
@@ -334,6 +375,8 @@ def test_fitting_the_budget(delay, grace, unwind, budget):
     assert fitted.unwind_budget == min(unwind, room)
     assert fitted.drain_delay == min(delay, room - fitted.unwind_budget)
     assert fitted.grace <= grace
+    assert ("it still does not fit" in warning) == (fitted.total > budget)
+    assert ("the grace is now 0" in warning) == (fitted.grace == 0 < grace)
 
 
 @pytest.mark.parametrize(

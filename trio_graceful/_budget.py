@@ -58,6 +58,9 @@ def fit_stop_budget(times: StopTimes) -> tuple[StopTimes, str | None]:
     Returns:
         The times that fit (``times`` itself when they already do), and a
         warning that states the arithmetic and what was shortened, or None.
+        The warning also says when the grace was shortened to 0 (no graceful
+        shutdown at all), and when even the shortened times do not fit (a
+        budget below `WATCHDOG_MARGIN`).
     """
     budget = times.stop_budget
     if times.total <= budget:
@@ -84,4 +87,16 @@ def fit_stop_budget(times: StopTimes) -> tuple[StopTimes, str | None]:
         f"the shutdown does not fit the stop budget of {budget:g} s: "
         f"{times.arithmetic()}; shortened to fit: {', '.join(changes)}"
     )
+    if fitted.total > budget:
+        warning += (
+            f"; it still does not fit: the emergency exit alone takes "
+            f"{WATCHDOG_MARGIN:g} s, so SIGKILL may come before the report and "
+            f"the exit status; give a stop budget of at least "
+            f"{WATCHDOG_MARGIN:g} s"
+        )
+    if grace == 0 < times.grace:
+        warning += (
+            "; the grace is now 0: at the shutdown main and its tasks are "
+            "hard-cancelled at once, with no time to finish their work"
+        )
     return fitted, warning
