@@ -79,3 +79,19 @@ def test_the_license_is_mit_by_the_authors_named_in_the_metadata():
     assert 'authors = [{ name = "The trio_graceful authors" }]' in (
         (ROOT / "pyproject.toml").read_text()
     )
+
+
+def test_the_readme_names_every_runtime_dependency():
+    # The dependencies as pyproject.toml declares them, read without tomllib
+    # (Python 3.10 has none): the quoted names in the dependencies list.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    declared = pyproject.split("\ndependencies = [\n", 1)[1].split("\n]\n", 1)[0]
+    names = [
+        line.strip().strip('"').split()[0]
+        for line in declared.splitlines()
+        if line.strip().startswith('"')
+    ]
+    assert names == ["trio", "attrs", "h11", "exceptiongroup"]
+    readme = (ROOT / "README.md").read_text()
+    sentence = readme.split("the runtime dependencies are", 1)[1].split("\n\n", 1)[0]
+    assert [name for name in names if f"`{name}`" not in sentence] == []
