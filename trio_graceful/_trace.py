@@ -56,8 +56,8 @@ class TraceEvent:
     """What happened."""
 
     time: float
-    """When, in Trio time (`trio.current_time`: monotonic, virtual under a
-    mock clock)."""
+    """When, in Trio time (`trio.current_time`, which is monotonic, and
+    virtual under a mock clock)."""
 
     bundle: str
     """The path of the bundle concerned, like ``"root/connections"``; for an
