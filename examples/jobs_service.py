@@ -238,7 +238,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     sub.add_argument("--fail-at", type=count, default=None)
     sub.add_argument("--hang-at", type=count, default=None)
     sub.add_argument("--max-attempts", type=count, default=3)
-    cancel = commands.add_parser("cancel", help="request a job's cancellation")
+    cancel = commands.add_parser("cancel", help="request a job's cancellation; say so")
     cancel.add_argument("id")
     stat = commands.add_parser("status", help="show jobs")
     stat.add_argument("ids", nargs="*")
@@ -262,7 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "submit":
                 trio.run(submit, store, args)
             elif args.command == "cancel":
-                trio.run(store.request_cancel, args.id)
+                job = trio.run(store.request_cancel, args.id)
+                # A queued job is cancelled at once; a running one is told
+                # by its worker and has the cancel grace to stop.
+                print(f"cancellation of {job.id} requested; it is {job.state.value}")
             else:
                 trio.run(status, store, args)
         finally:

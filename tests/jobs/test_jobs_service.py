@@ -251,7 +251,11 @@ def test_sigterm_hands_running_jobs_back(service: Service) -> None:
     saved = service.step(job_id)
     second = service.start_worker("B")
     service.wait("the job to run again", lambda: service.job(job_id).attempts == 2)
-    service.cli("cancel", job_id)
+    done = service.cli("cancel", job_id)
+    assert (done.returncode, done.stdout) == (
+        0,
+        f"cancellation of {job_id} requested; it is running\n",
+    )
     service.wait_state(job_id, S.CANCELLED)
     assert service.stop(second) == 0
     runs = attempts_of(service.audit_lines(), job_id)
