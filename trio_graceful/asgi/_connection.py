@@ -76,6 +76,7 @@ class Connection:
         self._send_lock = trio.Lock()
         self._closing = False
         self._peer_closed = False
+        self._fin_sent = False
         self._cut_off = False
         # Whether the protocol was told of STOP.
         self._told = False
@@ -224,8 +225,8 @@ class Connection:
                 if protocol.idle:
                     wait.deadline = trio.current_time() + self._keep_alive
                 while not self._closing:
-                    if self.draining and protocol.idle and self._peek() is None:
-                        return  # idle at STOP, with nothing on the way: close
+                    if self.draining and protocol.idle and await self._fin_if_idle():
+                        return  # idle at STOP, with nothing on the way: closed
                     self._receiving = True
                     data = await self._receive()
                     self._receiving = False
@@ -247,6 +248,26 @@ class Connection:
             return bytes(await self._stream.receive_some(MAX_RECV))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return b""  # reset by the client: as good as closed
+
+    async def _fin_if_idle(self) -> bool:
+        """Send the FIN of an idle connection unless a request is on its way.
+
+        The last look at the socket and the FIN are one step, with no
+        checkpoint between them: a request that arrives after it was sent
+        after the FIN, and the client knows that it was not received. Returns
+        whether the FIN went out (for TLS, whether the connection may close).
+        This is a checkpoint if an answer is still being sent.
+        """
+        while self._queued or self._unsent:  # the last answer is still going out
+            async with self._send_lock:
+                await self._flush()
+        if self._peek() is not None:
+            return False
+        if not self._tls and not self._peer_closed:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_WR)
+            self._fin_sent = True
+        return True
 
     def _peek(self) -> bytes | None:
         """Return the socket's unread bytes (b"" at EOF), or None if there are none."""
@@ -337,7 +358,8 @@ class Connection:
                 await self._flush()
             if self._peer_closed or not isinstance(stream, trio.SocketStream):
                 return
-            await stream.send_eof()
+            if not self._fin_sent:
+                await stream.send_eof()
             # Never past the cut-off: the rest of the time is for the
             # requests cut off and the lifespan's shutdown.
             with trio.move_on_at(
