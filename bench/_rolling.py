@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import h11
@@ -355,14 +356,23 @@ async def open_cluster(
 
 
 @asynccontextmanager
-async def running(name: str, command: Sequence[str]) -> AsyncIterator[Replica]:
-    """Run ``command`` with its stderr read into `Replica.lines`; then reap it."""
-    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+async def running(
+    name: str, command: Sequence[str], **options: Any
+) -> AsyncIterator[Replica]:
+    """Run ``command`` with its stderr read into `Replica.lines`; then reap it.
+
+    ``options`` go to `trio.lowlevel.open_process` (``cwd``, ``env``...).
+    """
+    process = await trio.lowlevel.open_process(
+        command, stderr=subprocess.PIPE, **options
+    )
     replica = Replica(name, process)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(replica.read_log)
-            yield replica
-            replica.process.kill()
+            try:
+                yield replica
+            finally:
+                replica.process.kill()  # so that its log ends
     finally:
         await replica.reap()
