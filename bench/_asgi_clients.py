@@ -41,7 +41,6 @@ import collections
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -52,7 +51,7 @@ from typing import NamedTuple
 import attrs
 import h11
 import trio
-from _rolling import Replica, running
+from _rolling import TCP_ESTABLISHED, Replica, running, tcp_state
 
 BENCH = Path(__file__).resolve().parent
 GRACE = 5.0  # each server's graceful timeout, or trio_graceful's --grace
@@ -131,13 +130,7 @@ async def serving(
 
 # -- the clients --------------------------------------------------------------
 
-TCP_ESTABLISHED = 1
 MAX_RECV = 65536
-
-
-def tcp_state(sock: trio.socket.SocketType) -> int:
-    """The TCP state of a socket (Linux ``tcp_info.tcpi_state``)."""
-    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
 
 
 def request_bytes(request_id: int, work_ms: int) -> bytes:
@@ -148,6 +141,14 @@ def request_bytes(request_id: int, work_ms: int) -> bytes:
 
 class Stale(Exception):
     """The server's FIN was already there: nothing was sent."""
+
+
+class Sent(NamedTuple):
+    request_id: int
+    end: int
+    """Where its last byte is in what the connection has sent."""
+    received: bool
+    """The server had received it (see the module docstring)."""
 
 
 class Answer(NamedTuple):
@@ -171,11 +172,10 @@ class ClientConnection:
 
     stream: trio.SocketStream
     parser: h11.Connection = attrs.field(factory=lambda: h11.Connection(h11.CLIENT))
-    outstanding: collections.deque[tuple[int, bool]] = attrs.field(
-        factory=collections.deque[tuple[int, bool]]
-    )
-    """(request id, received by the server) of the requests not answered yet."""
+    outstanding: collections.deque[Sent] = attrs.field(factory=collections.deque[Sent])
+    """The requests not answered yet."""
     sent: int = 0
+    bytes_sent: int = 0
     sent_after_fin: int = 0
     """Requests that were being written as the server's FIN came (see the module)."""
     answers: list[Answer] = attrs.field(factory=list[Answer])
@@ -212,7 +212,9 @@ class ClientConnection:
         self.sent += len(requests)
         if not received:
             self.sent_after_fin += len(requests)
-        self.outstanding.extend((request_id, received) for request_id, _ in requests)
+        for request_id, work_ms in requests:
+            self.bytes_sent += len(request_bytes(request_id, work_ms))
+            self.outstanding.append(Sent(request_id, self.bytes_sent, received))
 
     async def receive(self) -> Answer | None:
         """The next response, or None when the connection has ended."""
@@ -238,7 +240,7 @@ class ClientConnection:
                     (name, value.lower()) for name, value in event.headers
                 ]
             elif isinstance(event, h11.EndOfMessage):
-                request_id, _ = self.outstanding.popleft()
+                request_id = self.outstanding.popleft().request_id
                 answer = Answer(request_id, status, close, trio.current_time())
                 self.answers.append(answer)
                 if parser.our_state is h11.DONE and parser.their_state is h11.DONE:
@@ -267,11 +269,7 @@ class ClientConnection:
     @property
     def dropped(self) -> int:
         """Requests the server had received and never answered (once ended)."""
-        return sum(received for _, received in self.outstanding)
-
-    @property
-    def unanswered_after_fin(self) -> int:
-        return sum(not received for _, received in self.outstanding)
+        return sum(sent.received for sent in self.outstanding)
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)
