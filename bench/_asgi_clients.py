@@ -93,6 +93,15 @@ STARTUP_TIMEOUT = 60.0  # a bound against hangs on a busy machine, not a target
 OPEN_AT_ONCE = 50  # connections being opened at the same time
 
 
+def _interruptible() -> None:
+    """Let SIGINT stop the server, even if this process was started ignoring it.
+
+    A shell starts background jobs with SIGINT ignored, which their children
+    inherit; Python then installs no handler for it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @asynccontextmanager
 async def serving(
     kind: str,
@@ -118,6 +127,7 @@ async def serving(
         env=env,
         stdout=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=_interruptible,
     ) as server:
         try:
             with trio.fail_after(startup_timeout):

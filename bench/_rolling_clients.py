@@ -44,7 +44,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import _asgi_clients
 import attrs
@@ -92,6 +92,19 @@ class ClientCounts:
     @property
     def failed(self) -> int:
         return self.failed_by.total()
+
+    def source(
+        self, fresh: Iterator[int], queue: collections.deque[int]
+    ) -> Callable[[], int]:
+        """A client's next request: the first to send again, else a new one."""
+
+        def next_request() -> int:
+            if queue:
+                return queue.popleft()
+            self.requests += 1
+            return next(fresh)
+
+        return next_request
 
     def answer(self, request_id: int, replica: str) -> None:
         if request_id in self._done:
@@ -173,14 +186,8 @@ class Fleet:
     async def _client(self, index: int, warm: asyncio.Event) -> None:
         assert self._stopping is not None
         rng = random.Random(self.seed * 1000 + index)
-        fresh = itertools.count(index * 10**9)
         queue: collections.deque[int] = collections.deque()  # to send again
-
-        def next_request() -> int:
-            if queue:
-                return queue.popleft()
-            self.counts.requests += 1
-            return next(fresh)
+        next_request = self.counts.source(itertools.count(index * 10**9), queue)
 
         # Requests waiting to be sent again are sent even after stop().
         while queue or not self._stopping.is_set():
@@ -328,15 +335,9 @@ class HttpFleet:
 
     async def _client(self, index: int, warm: trio.Event) -> None:
         rng = random.Random(self.seed * 1000 + index)
-        # Ids of at most 9 digits, as the example accepts: one in every `clients`.
-        fresh = itertools.count(index, self.clients)
         queue: collections.deque[int] = collections.deque()  # to send again
-
-        def next_request() -> int:
-            if queue:
-                return queue.popleft()
-            self.counts.requests += 1
-            return next(fresh)
+        # Ids of at most 9 digits, as the example accepts: one in every `clients`.
+        next_request = self.counts.source(itertools.count(index, self.clients), queue)
 
         # Requests waiting to be sent again are sent even after stop().
         while queue or not self._stopping.is_set():

@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import random
 import signal
 import statistics
-import sys
 from collections import Counter
 from typing import Any
 
@@ -394,8 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     result = run(quick=args.quick, repetitions=args.repetitions)
-    _cli.print_report(sys.modules[__name__], result)
-    print(json.dumps(result, indent=1))
+    _cli.print_results(__name__, result)
 
 
 if __name__ == "__main__":
