@@ -11,10 +11,12 @@ it sent, whether the server had *received* it, so that a request left
 unanswered when the connection closed is told apart from one that was sent
 after the server had closed:
 
-* On loopback, the server's FIN is delivered in the server's own ``close``
-  or ``shutdown`` call: from then on the client's socket is in TCP state
-  CLOSE_WAIT. The client reads that state (``TCP_INFO``) right before and
-  right after each write.
+* On loopback, the server's FIN is normally delivered in the server's own
+  ``close`` or ``shutdown`` call: from then on the client's socket is in TCP
+  state CLOSE_WAIT. The client reads that state (``TCP_INFO``) right before
+  and right after each write. (On a loaded machine the kernel may deliver a
+  loopback segment a little later, from its softirq thread: a request
+  written within that moment of the FIN may then be counted either way.)
 * Before a write, a connection already in CLOSE_WAIT is stale: the client
   sends nothing more on it, as HTTP clients check a pooled connection
   before they reuse it.

@@ -138,6 +138,19 @@ async def drain_once(kind: str, clients: int, traffic_s: float, seed: int) -> di
         "all_closed_s": max(ends) - t0,
         "exit_s": exit_s,
         "exit_status": server.process.returncode,
+        "drops": [drop_detail(c, t0) for c in connections if c.dropped],
+    }
+
+
+def drop_detail(connection: ClientConnection, signalled_at: float) -> dict:
+    """What a connection that dropped requests saw, to tell why."""
+    last = connection.answers[-1] if connection.answers else None
+    return {
+        "dropped": connection.dropped,
+        "answers": len(connection.answers),
+        "last_answer_s": None if last is None else last.at - signalled_at,
+        "last_said_close": last is not None and last.close,
+        "ended": connection.ended,
     }
 
 
@@ -180,6 +193,8 @@ def summarize_runs(runs: list[dict]) -> dict[str, Any]:
         values = [run_[key] for run_ in runs]
         if key == "exit_status":
             summary["exit_statuses"] = sorted(set(values))
+        elif key == "drops":
+            summary[key] = [drop for value in values for drop in value]
         elif key.endswith("_s"):
             summary[key] = {"median": statistics.median(values), "max": max(values)}
         else:
