@@ -2,14 +2,18 @@
 
 It plays what Kubernetes does to a Deployment's pods, on loopback:
 
-* each replica is a real process of ``examples/websocket_close_server.py``,
-  started with ``--port 0 --health-port 0``; its log says where it listens;
+* each replica is a real process of an example (`KINDS`):
+  ``examples/websocket_close_server.py``, started with ``--port 0
+  --health-port 0``, or the ASGI service ``examples/asgi_service.py``, whose
+  ``/readyz`` is on its own port; its log says where it listens;
 * a prober asks every replica's ``GET /readyz`` every `PROBE_PERIOD`
   seconds (with h11, as a kubelet would);
 * a TCP proxy sends each new client connection to the next replica *in
   rotation* (round-robin) and splices the two connections byte for byte
   until either side closes; like kube-proxy it never retries a connection
-  on another replica;
+  on another replica; for each connection it counts the bytes the replica
+  had received before it closed, which tells an HTTP client whether a
+  request left unanswered had reached the replica;
 * a restart sends SIGTERM, takes the replica out of rotation only once its
   readiness has failed *and* ``lag`` seconds have passed since the SIGTERM
   (the endpoint removal reaching every node late), SIGKILLs it if it has not
@@ -21,29 +25,69 @@ Every step is recorded, with `time.time`, in the replica's `Replica.events`.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import attrs
 import h11
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "websocket_close_server.py"
 PROBE_PERIOD = 0.1
 PROBE_TIMEOUT = 1.0
 STARTUP_TIMEOUT = 60.0  # a bound against hangs on a busy machine, not a target
-LISTENING = r"listening on ws://127\.0\.0\.1:(\d+)/"
-HEALTH = r"health endpoint on .*?(\d+)/?$"
-"""The example's line (a URL), or the runner's (``on port N``): group 1 is the port."""
-STOPPED_ACCEPTING = r"stopped accepting"
+TCP_ESTABLISHED = 1
+
+
+class Kind(NamedTuple):
+    """An example a replica runs, and the lines of its log the orchestrator reads."""
+
+    script: Path
+    options: tuple[str, ...]
+    listening: str
+    """Group 1 is the port."""
+    health: str | None
+    """Group 1 is the health endpoint's port; None: ``/readyz`` on the port."""
+    stopped: str
+    """The line it logs at STOP, when it stops accepting."""
+
+
+KINDS = {
+    "websocket": Kind(
+        ROOT / "examples" / "websocket_close_server.py",
+        ("--port", "0", "--health-port", "0", "--log-level", "INFO"),
+        r"listening on ws://127\.0\.0\.1:(\d+)/",
+        # the example's line (a URL), or the runner's (``on port N``)
+        r"health endpoint on .*?(\d+)/?$",
+        r"stopped accepting",
+    ),
+    "http": Kind(
+        ROOT / "examples" / "asgi_service.py",
+        ("--port", "0"),
+        r"listening on http://127\.0\.0\.1:(\d+)",
+        None,
+        r"STOP: draining",
+    ),
+}
+
+
+def tcp_state(sock: trio.socket.SocketType) -> int:
+    """The TCP state of a socket (Linux ``tcp_info.tcpi_state``).
+
+    On loopback a peer's FIN is delivered within the peer's own ``close`` or
+    ``shutdown`` call: from then on the socket is no longer ESTABLISHED.
+    """
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
 
 
 def logged_at(line: str) -> float:
@@ -105,6 +149,8 @@ class Replica:
     name: str
     process: trio.Process
     lines: list[str] = attrs.field(factory=list[str])
+    arrived: list[float] = attrs.field(factory=list[float])
+    """When each line was read (`time.time`)."""
     port: int = 0
     health_port: int = 0
     ready: bool = False
@@ -136,6 +182,7 @@ class Replica:
         async for chunk in self.process.stderr:
             *complete, pending = (pending + chunk).split(b"\n")
             self.lines.extend(line.decode(errors="replace") for line in complete)
+            self.arrived.extend([time.time()] * len(complete))
             self._log_changed.set()
             self._log_changed = trio.Event()
         self._log_ended = True
@@ -155,10 +202,16 @@ class Replica:
             await self._log_changed.wait()
 
     def logged_time(self, pattern: str) -> float | None:
-        """When the first line matching ``pattern`` was logged, if it was."""
-        for line in self.lines:
+        """When the first line matching ``pattern`` was logged, if it was.
+
+        The line's own time if it has one, else when it was read.
+        """
+        for line, arrived in zip(self.lines, self.arrived, strict=True):
             if re.search(pattern, line):
-                return logged_at(line)
+                try:
+                    return logged_at(line)
+                except ValueError:
+                    return arrived
         return None
 
     def set_ready(self, ready: bool) -> None:
@@ -189,6 +242,7 @@ class Orchestrator:
     """Two (or more) replicas in slots, a rotation, and the restarts."""
 
     nursery: trio.Nursery
+    kind: Kind
     server_args: Sequence[str]
     lag: float
     termination_grace: float
@@ -215,8 +269,8 @@ class Orchestrator:
         """Start a replica, wait until it is ready, put it in rotation."""
         command = [
             sys.executable,
-            str(EXAMPLE),
-            *("--port", "0", "--health-port", "0", "--log-level", "INFO"),
+            str(self.kind.script),
+            *self.kind.options,
             *self.server_args,
         ]
         process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
@@ -226,9 +280,11 @@ class Orchestrator:
         self.nursery.start_soon(replica.read_log)
         try:
             with trio.fail_after(STARTUP_TIMEOUT):
-                replica.port = int((await replica.wait_logged(LISTENING)).group(1))
-                health = await replica.wait_logged(HEALTH)
-                replica.health_port = int(health.group(1))
+                listening = await replica.wait_logged(self.kind.listening)
+                replica.port = replica.health_port = int(listening.group(1))
+                if self.kind.health is not None:
+                    health = await replica.wait_logged(self.kind.health)
+                    replica.health_port = int(health.group(1))
                 self.nursery.start_soon(replica.poll_readiness)
                 await replica.wait_readiness(True)
         except BaseException:
@@ -268,11 +324,21 @@ class Orchestrator:
         replica.record("removed")
 
 
-async def splice(source: trio.SocketStream, sink: trio.SocketStream) -> None:
-    """Copy bytes from ``source`` to ``sink`` until either end closes."""
+async def splice(
+    source: trio.SocketStream,
+    sink: trio.SocketStream,
+    delivered: Callable[[int], None] | None = None,
+) -> None:
+    """Copy bytes from ``source`` to ``sink`` until either end closes.
+
+    ``delivered(n)`` is told of the bytes that reached ``sink``'s peer before
+    its FIN (`tcp_state` right after the write).
+    """
     try:
         while data := await source.receive_some():
             await sink.send_all(data)
+            if delivered is not None and tcp_state(sink.socket) == TCP_ESTABLISHED:
+                delivered(len(data))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
 
@@ -287,6 +353,11 @@ class Proxy:
     """Client port -> the replica its connection went to."""
     unrouted: int = 0
     """Connections that came while no replica was in rotation."""
+    delivered: collections.Counter[int] = attrs.field(factory=collections.Counter[int])
+    """Client port -> the bytes from the client its replica had received
+    before it closed (`splice`)."""
+    refused: set[int] = attrs.field(factory=set[int])
+    """Client ports whose connection to the replica could not be opened."""
 
     def route_of(self, client_port: int) -> str:
         """The name of the replica the connection from ``client_port`` went to."""
@@ -304,22 +375,29 @@ class Proxy:
             if replica is None:
                 self.unrouted += 1
                 return
-            self.routes[client.socket.getpeername()[1]] = replica
+            client_port = client.socket.getpeername()[1]
+            self.routes[client_port] = replica
             try:
                 backend = await trio.open_tcp_stream("127.0.0.1", replica.port)
             except OSError:
+                self.refused.add(client_port)
                 replica.refused_connections += 1
                 replica.record("first_refused_connection")
                 return
             async with backend, trio.open_nursery() as nursery:
 
+                def count(n: int) -> None:
+                    self.delivered[client_port] += n
+
                 async def one_way(
-                    source: trio.SocketStream, sink: trio.SocketStream
+                    source: trio.SocketStream,
+                    sink: trio.SocketStream,
+                    delivered: Callable[[int], None] | None = None,
                 ) -> None:
-                    await splice(source, sink)
+                    await splice(source, sink, delivered)
                     nursery.cancel_scope.cancel()
 
-                nursery.start_soon(one_way, client, backend)
+                nursery.start_soon(one_way, client, backend, count)
                 nursery.start_soon(one_way, backend, client)
 
 
@@ -327,6 +405,7 @@ class Proxy:
 async def open_cluster(
     server_args: Sequence[str],
     *,
+    kind: Kind = KINDS["websocket"],
     replicas: int,
     lag: float,
     termination_grace: float,
@@ -336,7 +415,7 @@ async def open_cluster(
     try:
         async with trio.open_nursery() as nursery:
             orchestrator = Orchestrator(
-                nursery, server_args, lag=lag, termination_grace=termination_grace
+                nursery, kind, server_args, lag=lag, termination_grace=termination_grace
             )
             proxy = Proxy(orchestrator)
             try:
@@ -355,14 +434,23 @@ async def open_cluster(
 
 
 @asynccontextmanager
-async def running(name: str, command: Sequence[str]) -> AsyncIterator[Replica]:
-    """Run ``command`` with its stderr read into `Replica.lines`; then reap it."""
-    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+async def running(
+    name: str, command: Sequence[str], **options: Any
+) -> AsyncIterator[Replica]:
+    """Run ``command`` with its stderr read into `Replica.lines`; then reap it.
+
+    ``options`` go to `trio.lowlevel.open_process` (``cwd``, ``env``...).
+    """
+    process = await trio.lowlevel.open_process(
+        command, stderr=subprocess.PIPE, **options
+    )
     replica = Replica(name, process)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(replica.read_log)
-            yield replica
-            replica.process.kill()
+            try:
+                yield replica
+            finally:
+                replica.process.kill()  # so that its log ends
     finally:
         await replica.reap()

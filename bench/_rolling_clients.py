@@ -1,5 +1,9 @@
 """The clients of a simulated rolling restart, and what counts as a failed request.
 
+`Fleet` speaks WebSocket to ``examples/websocket_close_server.py``; `HttpFleet`
+speaks HTTP/1.1 to ``examples/asgi_service.py`` (see its docstring). For the
+WebSocket fleet:
+
 Each client is a ``websockets`` client (asyncio, all of them on one event loop
 in a thread of their own) that pipelines requests of
 ``examples/websocket_close_server.py`` through the proxy, ``depth`` at a
@@ -40,9 +44,13 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+import _asgi_clients
 import attrs
+import trio
+from _asgi_clients import Answer, Stale
+from _rolling import Proxy
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
@@ -56,8 +64,9 @@ FAILURES = ("connect", "lost", "bad_answer")
 """Why a request failed: its connection could not be opened; it was in flight
 when its connection ended without a CLOSE; the answer made no sense."""
 RETRIES = ("refused", "after_close")
-"""Why a request was sent again: answered "shutting down"; unanswered at the
-server's CLOSE 1001."""
+"""Why a request was sent again: answered "shutting down" (HTTP: 503);
+unanswered at the server's CLOSE 1001 (HTTP: the server closed before it
+received it)."""
 
 
 @attrs.define
@@ -83,6 +92,19 @@ class ClientCounts:
     @property
     def failed(self) -> int:
         return self.failed_by.total()
+
+    def source(
+        self, fresh: Iterator[int], queue: collections.deque[int]
+    ) -> Callable[[], int]:
+        """A client's next request: the first to send again, else a new one."""
+
+        def next_request() -> int:
+            if queue:
+                return queue.popleft()
+            self.requests += 1
+            return next(fresh)
+
+        return next_request
 
     def answer(self, request_id: int, replica: str) -> None:
         if request_id in self._done:
@@ -164,14 +186,8 @@ class Fleet:
     async def _client(self, index: int, warm: asyncio.Event) -> None:
         assert self._stopping is not None
         rng = random.Random(self.seed * 1000 + index)
-        fresh = itertools.count(index * 10**9)
         queue: collections.deque[int] = collections.deque()  # to send again
-
-        def next_request() -> int:
-            if queue:
-                return queue.popleft()
-            self.counts.requests += 1
-            return next(fresh)
+        next_request = self.counts.source(itertools.count(index * 10**9), queue)
 
         # Requests waiting to be sent again are sent even after stop().
         while queue or not self._stopping.is_set():
@@ -263,3 +279,141 @@ class Fleet:
         else:
             why = f"connection to {replica} lost: {close!r}"
             self.counts.fail("lost", why, len(in_flight))
+
+
+# -- HTTP/1.1 -----------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class HttpFleet:
+    """HTTP/1.1 keep-alive clients of ``examples/asgi_service.py``, through the proxy.
+
+    Each client (a Trio task of the orchestrator's run) pipelines ``depth``
+    ``GET /work`` requests at a time on a keep-alive connection and opens a
+    new one after ``per_connection`` requests, or when the server closed
+    it. A request is *answered* by a 200. It is sent again when:
+
+    * the answer is a 503 (``serve_asgi``'s answer to a request it cut off
+      without running it);
+    * it is unanswered when the connection ends, and the replica had not
+      received it: the proxy counts the bytes the replica had received before
+      it closed (`_rolling.splice`), so a request written as, or after, the
+      replica closed an idle connection is known never to have been
+      processed.
+
+    It *fails* when the connection could not be opened (the proxy sent it to
+    a replica that refused it: ``"connect"``), when the replica had received
+    it and closed without answering (``"lost"``), or when the answer is
+    neither (``"bad_answer"``). ``retried_after_close`` counts the requests
+    sent again because the replica closed before it received them.
+    """
+
+    proxy: Proxy
+    clients: int
+    depth: int
+    per_connection: int
+    work_ms: tuple[int, int]
+    seed: int = 0
+    counts: ClientCounts = attrs.field(factory=ClientCounts)
+    warmed_up: trio.Event = attrs.field(factory=trio.Event)
+    """Set once every client has had an answer."""
+    _stopping: trio.Event = attrs.field(factory=trio.Event)
+
+    def stop(self) -> None:
+        """Ask every client to finish: no new request, answers awaited."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Run the clients until `stop`."""
+        warm = [trio.Event() for _ in range(self.clients)]
+        async with trio.open_nursery() as nursery:
+            for index in range(self.clients):
+                nursery.start_soon(self._client, index, warm[index])
+            for event in warm:
+                await event.wait()
+            self.warmed_up.set()
+
+    async def _client(self, index: int, warm: trio.Event) -> None:
+        rng = random.Random(self.seed * 1000 + index)
+        queue: collections.deque[int] = collections.deque()  # to send again
+        # Ids of at most 9 digits, as the example accepts: one in every `clients`.
+        next_request = self.counts.source(itertools.count(index, self.clients), queue)
+
+        # Requests waiting to be sent again are sent even after stop().
+        while queue or not self._stopping.is_set():
+            connection = await _asgi_clients.ClientConnection.open(self.proxy.port)
+            self.counts.connections += 1
+            try:
+                await self._converse(connection, next_request, queue, rng, warm)
+            finally:
+                await connection.aclose()
+            if connection.ended:
+                await trio.sleep(RECONNECT_PAUSE)
+
+    async def _converse(
+        self,
+        connection: _asgi_clients.ClientConnection,
+        next_request: Callable[[], int],
+        queue: collections.deque[int],
+        rng: random.Random,
+        warm: trio.Event,
+    ) -> None:
+        """Send requests on one connection until it ends; settle each one."""
+        port = connection.stream.socket.getsockname()[1]
+        while connection.sent < self.per_connection:
+            if self._stopping.is_set() and not queue:
+                break
+            ids = [next_request() for _ in range(self.depth)]
+            try:
+                await connection.send([(i, rng.randint(*self.work_ms)) for i in ids])
+            except Stale:
+                queue.extendleft(reversed(ids))
+                break
+            closing = False
+            while connection.outstanding and not closing:
+                answer = await connection.receive()
+                if answer is None:
+                    break
+                closing = answer.close
+                self._settle(answer, self.proxy.route_of(port), queue, warm)
+            if closing or connection.ended:
+                break
+        self._settle_unanswered(connection, port, queue)
+
+    def _settle(
+        self,
+        answer: Answer,
+        replica: str,
+        queue: collections.deque[int],
+        warm: trio.Event,
+    ) -> None:
+        if answer.status == 200:
+            self.counts.answer(answer.request_id, replica)
+            warm.set()
+        elif answer.status == 503:
+            self.counts.retried_by["refused"] += 1
+            queue.append(answer.request_id)
+        else:
+            self.counts.fail("bad_answer", f"status {answer.status}")
+
+    def _settle_unanswered(
+        self,
+        connection: _asgi_clients.ClientConnection,
+        port: int,
+        queue: collections.deque[int],
+    ) -> None:
+        outstanding = list(connection.outstanding)
+        connection.outstanding.clear()
+        if not outstanding:
+            return
+        if port in self.proxy.refused or port not in self.proxy.routes:
+            self.counts.fail("connect", "connection refused", len(outstanding))
+            return
+        replica = self.proxy.route_of(port)
+        delivered = self.proxy.delivered[port]
+        for sent in outstanding:
+            if sent.end <= delivered:
+                self.counts.fail("lost", f"{replica} closed without answering")
+            else:
+                self.counts.retried_by["after_close"] += 1
+                queue.append(sent.request_id)

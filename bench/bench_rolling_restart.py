@@ -12,6 +12,13 @@ ready) while clients of the ``websockets`` library pipeline requests through
 the proxy the whole time (``_rolling_clients.py`` says exactly when a
 request counts as failed, and when the client may safely send it again).
 
+``--protocol http`` runs ``examples/asgi_service.py`` instead (Starlette on
+``trio_graceful.asgi.serve_asgi``), with HTTP/1.1 keep-alive clients that
+pipeline ``GET /work`` requests; its ``/readyz`` is probed on its own port.
+A request unanswered when the replica closed the connection is sent again
+only if the proxy says the replica had not received it
+(``_rolling_clients.HttpFleet``).
+
 Each drain delay is a scenario of its own: with a delay of at least the lag
 the replica is still listening when the last connection reaches it; with no
 delay it closes its listener at the SIGTERM while the proxy keeps sending
@@ -21,7 +28,8 @@ Run ``python bench/bench_rolling_restart.py [--quick] [--restarts N]
 [--drain-delay 0,1,2] [--lag S]``: it prints a table and the results as
 JSON, and writes ``bench/results/rolling_restart.json`` (with the timeline
 of every restart) and ``rolling_restart.rst`` (the tables the documentation
-includes); a ``--quick`` run writes them only with ``--output-dir``.
+includes), or ``rolling_restart_http.*`` for HTTP; a ``--quick`` run writes
+them only with ``--output-dir``.
 ``--render`` makes the tables again from the JSON.
 """
 
@@ -40,8 +48,8 @@ from typing import Any, NamedTuple
 import _common
 import _render
 import trio
-from _rolling import Orchestrator, open_cluster
-from _rolling_clients import ClientCounts, Fleet
+from _rolling import KINDS, Orchestrator, Proxy, open_cluster
+from _rolling_clients import ClientCounts, Fleet, HttpFleet
 
 TITLE = "Rolling restart: failed requests with and without a drain delay"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -84,23 +92,29 @@ async def rolling_restart(
     work_ms: tuple[int, int] = (10, 50),
     min_ready: float = 1.0,
     seed: int = 0,
+    protocol: str = "websocket",
 ) -> dict[str, Any]:
-    """Run one scenario: ``restarts`` restarts, the replicas in turn."""
-    # A replica that is shutting down refuses what it reads: the clients send
-    # it to the other replica, instead of keeping this one busy to the grace.
-    server_args = [
-        *("--drain-delay", str(drain_delay), "--grace", str(grace)),
-        "--reject-during-drain",
-    ]
+    """Run one scenario: ``restarts`` restarts, the replicas in turn.
+
+    ``protocol``: ``"websocket"`` (``examples/websocket_close_server.py``)
+    or ``"http"`` (``examples/asgi_service.py``, HTTP/1.1 keep-alive clients).
+    """
+    server_args = ["--drain-delay", str(drain_delay), "--grace", str(grace)]
+    if protocol == "websocket":
+        # A replica that is shutting down refuses what it reads: the clients
+        # send it to the other replica, instead of keeping this one busy to
+        # the grace.
+        server_args.append("--reject-during-drain")
     async with open_cluster(
         server_args,
+        kind=KINDS[protocol],
         replicas=2,
         lag=lag,
         termination_grace=drain_delay + grace + UNWIND,
     ) as (orchestrator, proxy):
-        fleet = Fleet(
-            f"ws://127.0.0.1:{proxy.port}/",
-            proxy.route_of,
+        fleet = _fleet(
+            protocol,
+            proxy,
             clients=clients,
             depth=depth,
             per_connection=per_connection,
@@ -108,11 +122,9 @@ async def rolling_restart(
             seed=seed,
         )
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, fleet.run)
+            nursery.start_soon(fleet.run)
             try:
-                await trio.to_thread.run_sync(
-                    fleet.warmed_up.wait, abandon_on_cancel=True
-                )
+                await fleet.warmed_up.wait()
                 started = time.time()
                 for number in range(restarts):
                     await orchestrator.restart(number % 2)
@@ -122,6 +134,7 @@ async def rolling_restart(
         duration = time.time() - started
     fleet.counts.check()
     return {
+        "protocol": protocol,
         "drain_delay_s": drain_delay,
         "lag_s": lag,
         "restarts": restarts,
@@ -130,6 +143,32 @@ async def rolling_restart(
         "unrouted_connections": proxy.unrouted,
         "timelines": timelines(orchestrator, fleet.counts),
     }
+
+
+class _ThreadedFleet:
+    """The WebSocket `Fleet` (asyncio, in a thread of its own), seen from Trio."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.counts = fleet.counts
+        self.stop = fleet.stop
+        self._fleet = fleet
+        self.warmed_up = self
+
+    async def run(self) -> None:
+        await trio.to_thread.run_sync(self._fleet.run)
+
+    async def wait(self) -> None:
+        await trio.to_thread.run_sync(
+            self._fleet.warmed_up.wait, abandon_on_cancel=True
+        )
+
+
+def _fleet(protocol: str, proxy: Proxy, **sizes: Any) -> _ThreadedFleet | HttpFleet:
+    if protocol == "http":
+        return HttpFleet(proxy, **sizes)
+    return _ThreadedFleet(
+        Fleet(f"ws://127.0.0.1:{proxy.port}/", proxy.route_of, **sizes)
+    )
 
 
 def timelines(orchestrator: Orchestrator, counts: ClientCounts) -> list[dict[str, Any]]:
@@ -143,7 +182,7 @@ def timelines(orchestrator: Orchestrator, counts: ClientCounts) -> list[dict[str
         at: dict[str, float | None] = {
             "sigterm": t0,
             "readiness_false": old.events.get("readiness_false"),
-            "stop": old.logged_time(r"stopped accepting"),
+            "stop": old.logged_time(orchestrator.kind.stopped),
             "removed": old.events.get("removed"),
             "last_answer": counts.last_answer.get(old.name),
             "exited": old.events.get("exited"),
@@ -172,6 +211,7 @@ def run(
     drain_delays: list[float] | None = None,
     lag: float = 1.0,
     clients: int | None = None,
+    protocol: str = "websocket",
 ) -> dict[str, Any]:
     """Run every scenario; return the results as a JSON-ready dict."""
     sizes = (QUICK if quick else FULL)._replace(
@@ -197,13 +237,14 @@ def run(
             lag=lag,
             clients=sizes.clients,
             min_ready=sizes.min_ready,
+            protocol=protocol,
         )
         scenarios.append(trio.run(scenario))
     return {
         "title": TITLE,
         "machine": _common.machine(),
         "started": started,
-        "settings": {"quick": quick, **sizes._asdict()},
+        "settings": {"quick": quick, "protocol": protocol, **sizes._asdict()},
         "load_average": {"start": load, "end": _common.load_average()},
         "scenarios": scenarios,
     }
@@ -221,7 +262,7 @@ COLUMNS = [
     "failed",
     "connection refused",
     "lost in flight",
-    "retried (refused / after CLOSE 1001)",
+    "retried",
     "SIGTERM → removed",
     "SIGTERM → STOP",
     "SIGTERM → exit",
@@ -245,8 +286,9 @@ def tables(result: dict[str, Any]) -> list[_common.Table]:
         for s in result["scenarios"]
     ]
     first = result["scenarios"][0]
+    protocol = _protocol(result)
     summary = _common.Table(
-        title=TITLE,
+        title=TITLE if protocol == "websocket" else f"{TITLE}: HTTP/1.1 keep-alive",
         columns=COLUMNS,
         rows=rows,
         notes=[
@@ -255,6 +297,7 @@ def tables(result: dict[str, Any]) -> list[_common.Table]:
             "the proxy; times are medians over the restarts.",
             "A request fails when the client gives up on it; a retry is made "
             "only where the server's protocol says the request was not processed.",
+            f"Retried: {RETRIED[protocol]}.",
         ],
     )
     timeline = _common.Table(
@@ -271,6 +314,17 @@ def tables(result: dict[str, Any]) -> list[_common.Table]:
     return [summary, timeline]
 
 
+RETRIED = {
+    "websocket": "refused / unanswered at the server's CLOSE 1001",
+    "http": "answered 503 / sent as, or after, the replica closed the connection "
+    "(the proxy counts what the replica had received)",
+}
+
+
+def _protocol(result: dict[str, Any]) -> str:
+    return result["settings"].get("protocol", "websocket")
+
+
 def _event_cell(scenario: dict[str, Any], event: str) -> str:
     value = scenario["timelines"][0]["events_s"].get(event)
     return "-" if value is None else f"{value:.3f}"
@@ -279,11 +333,12 @@ def _event_cell(scenario: dict[str, Any], event: str) -> str:
 def goals(result: dict[str, Any]) -> list[_common.Goal]:
     """No failed request with a delay of at least the lag; failures without."""
     found = []
+    what = "rolling restart" + ("" if _protocol(result) == "websocket" else " (HTTP)")
     for s in result["scenarios"]:
         covered = s["drain_delay_s"] >= s["lag_s"]
         found.append(
             _common.Goal(
-                item=f"rolling restart, drain delay {s['drain_delay_s']:g} s, "
+                item=f"{what}, drain delay {s['drain_delay_s']:g} s, "
                 f"lag {s['lag_s']:g} s",
                 target="0 failed requests"
                 if covered
@@ -307,7 +362,7 @@ def render(results: dict[str, Any]) -> str:
     )
     parts = [
         ".. This file is generated by bench/bench_rolling_restart.py from "
-        "rolling_restart.json; do not edit it.\n",
+        f"{NAMES[_protocol(results)]}.json; do not edit it.\n",
         measured + "\n",
         *(
             _render.rst_table(t, underline="~")
@@ -319,10 +374,12 @@ def render(results: dict[str, Any]) -> str:
 
 def write(results: dict[str, Any], directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "rolling_restart.json").write_text(
-        json.dumps(results, indent=1) + "\n"
-    )
-    (directory / "rolling_restart.rst").write_text(render(results))
+    name = NAMES[_protocol(results)]
+    (directory / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (directory / f"{name}.rst").write_text(render(results))
+
+
+NAMES = {"websocket": "rolling_restart", "http": "rolling_restart_http"}
 
 
 def _seconds(text: str) -> float:
@@ -354,6 +411,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--lag", type=_seconds, default=1.0, help="seconds")
     parser.add_argument(
+        "--protocol",
+        choices=list(NAMES),
+        default="websocket",
+        help="websocket: examples/websocket_close_server.py; http: "
+        "examples/asgi_service.py with HTTP/1.1 keep-alive clients (results in "
+        "rolling_restart_http.json)",
+    )
+    parser.add_argument(
         "--output-dir",
         type=Path,
         help="where to write the results (default: bench/results, and nowhere "
@@ -371,6 +436,7 @@ def main(argv: list[str] | None = None) -> None:
                 drain_delays=args.drain_delay,
                 lag=args.lag,
                 clients=args.clients,
+                protocol=args.protocol,
             )
         except ValueError as exc:
             parser.error(str(exc))

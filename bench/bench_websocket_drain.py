@@ -421,8 +421,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run(
         quick=args.quick, connections=args.connections, repetitions=args.repetitions
     )
-    _cli.print_report(sys.modules[__name__], result)
-    print(json.dumps(result, indent=1))
+    _cli.print_results(__name__, result)
 
 
 if __name__ == "__main__":

@@ -226,15 +226,9 @@ def run(
     Valgrind is installed.
     """
     settings = QUICK if quick else FULL
-    seconds = settings["seconds"] if seconds is None else seconds
-    repetitions = settings["repetitions"] if repetitions is None else repetitions
-    connections = settings["connections"] if connections is None else connections
-    if not seconds > 0:
-        raise ValueError(f"seconds must be > 0, not {seconds}")
-    if repetitions < 1:
-        raise ValueError(f"repetitions must be >= 1, not {repetitions}")
-    if connections < 1:
-        raise ValueError(f"connections must be >= 1, not {connections}")
+    seconds, repetitions, connections = _cli.throughput_sizes(
+        settings, seconds, repetitions, connections
+    )
     runs = asyncio.run(
         measure(
             seconds=seconds,
@@ -372,39 +366,7 @@ def goals(result: dict[str, Any]) -> list[_common.Goal]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = _cli.argument_parser(__doc__, gc_option=False)
-    parser.add_argument(
-        "--seconds",
-        type=float,
-        help=f"seconds measured per run (default {FULL['seconds']:g})",
-    )
-    parser.add_argument(
-        "--repetitions",
-        type=int,
-        help=f"runs per server (default {FULL['repetitions']})",
-    )
-    parser.add_argument(
-        "--connections",
-        type=int,
-        help=f"client connections (default {FULL['connections']})",
-    )
-    parser.add_argument(
-        "--no-instructions",
-        dest="instructions",
-        action="store_false",
-        default=None,
-        help="do not count instructions with callgrind (about 3 minutes)",
-    )
-    args = parser.parse_args(argv)
-    result = run(
-        quick=args.quick,
-        seconds=args.seconds,
-        repetitions=args.repetitions,
-        connections=args.connections,
-        instructions=args.instructions,
-    )
-    _cli.print_report(sys.modules[__name__], result)
-    print(json.dumps(result, indent=1))
+    _cli.throughput_main(__name__, argv)
 
 
 if __name__ == "__main__":

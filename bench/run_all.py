@@ -13,8 +13,11 @@ so that they never replace the full results. ``--render`` makes the two
 reports again from a results file, measuring nothing.
 
 The WebSocket benchmarks (bench_websocket_drain.py, bench_websocket_throughput.py)
-start the servers they compare as processes of their own, and need the
-``bench`` extra: ``websockets`` and ``trio-websocket``.
+and the ASGI ones (bench_asgi_drain.py, bench_asgi_throughput.py) start the
+servers they compare as processes of their own, and need the ``bench``
+extra: ``websockets``, ``trio-websocket``, Hypercorn, Starlette and uvicorn.
+``--only asgi_drain,asgi_throughput --output-dir bench/results/asgi`` makes
+the ASGI results the documentation includes.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ BENCHMARKS = {
     "websocket_drain": "bench_websocket_drain",
     "websocket_throughput": "bench_websocket_throughput",
     "instructions": "bench_instructions",
+    "asgi_drain": "bench_asgi_drain",
+    "asgi_throughput": "bench_asgi_throughput",
 }
 
 

@@ -43,6 +43,8 @@ BENCHMARKS = [
     "websocket_drain",
     "websocket_throughput",
     "instructions",
+    "asgi_drain",
+    "asgi_throughput",
 ]
 
 try:
@@ -58,7 +60,8 @@ def run_all(*args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, str(RUN_ALL), *args],
         capture_output=True,
         text=True,
-        timeout=90,
+        # the ASGI benchmarks start nine server processes each
+        timeout=240,
         check=False,
     )
 
@@ -127,9 +130,9 @@ def test_every_variant_is_measured_against_trio_in_the_same_run(results: dict) -
     ]
 
 
-def test_goals_cover_items_one_to_seven(results: dict) -> None:
+def test_goals_cover_items_one_to_ten(results: dict) -> None:
     items = {goal["item"].split(".")[0] for goal in results["goals"]}
-    assert {"1", "2", "3", "4", "5", "6", "7"} <= items
+    assert {"1", "2", "3", "4", "5", "6", "7", "9", "10"} <= items
     for goal in results["goals"]:
         assert isinstance(goal["met"], bool)
 
@@ -307,3 +310,134 @@ def test_websocket_drain_measures_only_the_case_asked_for() -> None:
         assert server["clean_closes"] == server["closes_expected"] == 6
     assert report.count("### ") == 2  # one table, then the goals
     assert "| 6. 3 idle WebSocket connections drained: well within --grace 5" in report
+
+
+ASGI_SERVERS = ["trio_graceful", "hypercorn", "uvicorn"]
+
+
+def test_asgi_drain_measures_every_server_in_every_case(results: dict) -> None:
+    drain = results["benchmarks"]["asgi_drain"]
+    assert (drain["grace_s"], drain["work_ms"]) == (5, [10, 800])
+    assert [case["clients"] for case in drain["drains"]] == [8, 16]
+    assert drain["idle"]["connections"] == 50
+    for case in [*drain["drains"], drain["idle"]]:
+        assert case["repetitions"] == 1
+        assert list(case["servers"]) == ASGI_SERVERS
+        assert list(case["ratios_of_trio_graceful_to"]) == ["hypercorn", "uvicorn"]
+        for server in case["servers"].values():
+            assert server["runs"] == 1
+            assert server["exit_s"]["median"] > 0
+    for case in drain["drains"]:
+        for server in case["servers"].values():
+            # every connection ended, and was counted once
+            assert (
+                sum(
+                    server[f"connections_{n}"]["total"]
+                    for n in ("close", "idle", "none")
+                )
+                == case["clients"]
+            )
+            assert server["answered"]["total"] > 0
+    goals = [goal for goal in results["goals"] if goal["item"].startswith("9.")]
+    assert [(goal["item"], goal["target"]) for goal in goals] == [
+        *(
+            (
+                f"9. ASGI drain, {n} keep-alive clients: requests dropped, "
+                "connections closed without Connection: close",
+                "0 and 0 in every run; exit 0",
+            )
+            for n in (8, 16)
+        ),
+        (
+            "9. ASGI drain, 50 idle keep-alive connections: SIGTERM to all "
+            "closed, vs Hypercorn alone",
+            "≤ 1.00x",
+        ),
+    ]
+
+
+def test_asgi_drain_goals_follow_the_counts(results: dict) -> None:
+    bench = load_bench("bench_asgi_drain")
+    result = json.loads(json.dumps(results["benchmarks"]["asgi_drain"]))
+    [case, _] = result["drains"]
+    ours = case["servers"]["trio_graceful"]
+    ours["dropped"]["total"] = ours["connections_none"]["total"] = 0
+    ours["exit_statuses"] = [0]
+    result["idle"]["ratios_of_trio_graceful_to"]["hypercorn"]["all_closed_s"] = 1.0
+    first, _, idle = bench.goals(result)
+    assert (first.measured, first.met) == ("0 and 0 in 1 run; exit 0", True)
+    assert idle.met
+    ours["dropped"]["total"] = 1
+    ours["exit_statuses"] = [0, -15]
+    result["idle"]["ratios_of_trio_graceful_to"]["hypercorn"]["all_closed_s"] = 1.01
+    first, _, idle = bench.goals(result)
+    assert (first.measured, first.met) == ("1 and 0 in 1 run; exit 0, -15", False)
+    assert idle.measured.startswith("1.01x (exit ")
+    assert not idle.met
+
+
+def test_asgi_throughput_pairs_trio_graceful_with_each_server(results: dict) -> None:
+    throughput = results["benchmarks"]["asgi_throughput"]
+    assert (throughput["connections"], throughput["repetitions"]) == (20, 1)
+    assert list(throughput["servers"]) == ASGI_SERVERS
+    for server in throughput["servers"].values():
+        assert server["requests_per_s"]["median"] > 0
+        assert server["server_cpu_us_per_request"]["n"] == 1
+    assert list(throughput["ratios"]) == [
+        "trio_graceful/hypercorn",
+        "trio_graceful/uvicorn",
+    ]
+    # a quick run counts no instructions: the goal is judged on CPU time
+    assert throughput["instructions_per_request"] is None
+    [goal] = [g for g in results["goals"] if g["item"].startswith("10.")]
+    cpu = throughput["ratios"]["trio_graceful/hypercorn"]["server_cpu_us_per_request"]
+    assert goal["target"] == "≤ 1.05x"
+    assert goal["met"] == (cpu <= 1.05)
+
+
+def test_asgi_throughput_goal_is_judged_on_instructions_when_counted(
+    results: dict,
+) -> None:
+    bench = load_bench("bench_asgi_throughput")
+    result = {
+        **results["benchmarks"]["asgi_throughput"],
+        "instructions_per_request": {
+            "trio_graceful": 1_050_000.0,
+            "hypercorn": 1_000_000.0,
+            "uvicorn": 700_000.0,
+        },
+    }
+    [goal] = bench.goals(result)
+    assert goal.measured.startswith("instructions 1.05x; CPU time ")
+    assert goal.met
+    result["instructions_per_request"]["trio_graceful"] = 1_060_000.0
+    [goal] = bench.goals(result)
+    assert not goal.met
+    counted, _ = bench.tables(result)
+    assert counted.rows[-2:] == [
+        ["ratio trio_graceful/hypercorn", "1.06x"],
+        ["ratio trio_graceful/uvicorn", "1.51x"],
+    ]
+
+
+def test_asgi_connections_are_classified_by_their_last_response() -> None:
+    clients = load_bench("_asgi_clients")
+
+    def ended(*answers: tuple[bool, float], dropped: int = 0) -> object:
+        connection = clients.ClientConnection(stream=None)
+        connection.answers = [
+            clients.Answer(i, 200, close, at) for i, (close, at) in enumerate(answers)
+        ]
+        for i in range(dropped):
+            connection.outstanding.append(clients.Sent(100 + i, 0, True))
+        connection.outstanding.append(clients.Sent(200, 0, False))  # after the FIN
+        return connection
+
+    signalled_at = 10.0
+    assert clients.notice(ended((False, 9.0), (True, 11.0)), signalled_at) == "close"
+    assert clients.notice(ended((False, 9.0)), signalled_at) == "idle"
+    assert clients.notice(ended(), signalled_at) == "idle"
+    # answered after the signal without Connection: close, then closed
+    assert clients.notice(ended((False, 11.0)), signalled_at) == "none"
+    # idle before the signal, but with a request it had received unanswered
+    assert clients.notice(ended((False, 9.0), dropped=1), signalled_at) == "none"
