@@ -160,7 +160,7 @@ class Connection:
         except Exception:
             logger.exception("connection from %s failed", self.name)
         finally:
-            if self._socket.fileno() != -1:
+            if not self._peer_closed and self._socket.fileno() != -1:
                 self._discard_unread()
             await trio.aclose_forcefully(self._stream)
             self._core.connection_ended(self)
@@ -367,6 +367,7 @@ class Connection:
             ):
                 while await stream.receive_some(MAX_RECV):
                     pass
+                self._peer_closed = True
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
