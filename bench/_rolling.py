@@ -62,13 +62,18 @@ class Kind(NamedTuple):
     """The line it logs at STOP, when it stops accepting."""
 
 
+LISTENING = r"listening on ws://127\.0\.0\.1:(\d+)/"
+"""The WebSocket example's line once it listens; group 1 is the port."""
+HEALTH = r"health endpoint on .*?(\d+)/?$"
+"""The health endpoint's line (the example's, a URL, or the runner's, ``on
+port N``); group 1 is the port."""
+
 KINDS = {
     "websocket": Kind(
         ROOT / "examples" / "websocket_close_server.py",
         ("--port", "0", "--health-port", "0", "--log-level", "INFO"),
-        r"listening on ws://127\.0\.0\.1:(\d+)/",
-        # the example's line (a URL), or the runner's (``on port N``)
-        r"health endpoint on .*?(\d+)/?$",
+        LISTENING,
+        HEALTH,
         r"stopped accepting",
     ),
     "http": Kind(
