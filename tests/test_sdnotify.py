@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from trio_graceful._sdnotify import (
+    WATCHDOG_MIN_INTERVAL,
     SystemdNotifier,
     _open_socket,  # pyright: ignore[reportPrivateUsage]
     notifier_from_environment,
@@ -358,7 +359,7 @@ def test_any_status_text_is_one_field_of_valid_utf8(manager, text):
     ("environ", "interval"),
     [
         ({"WATCHDOG_USEC": "30000000"}, 15.0),
-        ({"WATCHDOG_USEC": "1"}, 0.0000005),
+        ({"WATCHDOG_USEC": "200000"}, 0.1),
         ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": str(os.getpid())}, 15.0),
         ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": ""}, 15.0),
         ({}, None),
@@ -380,6 +381,21 @@ def test_a_watchdog_meant_for_another_process_is_ignored_silently(caplog):
     # Not ours, so not ours to judge either.
     assert watchdog_interval({"WATCHDOG_USEC": "soon", "WATCHDOG_PID": other}) is None
     assert log_lines(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("usec", "half"), [("1", "5e-07"), ("199999", "0.0999995"), ("0000150", "7.5e-05")]
+)
+def test_the_watchdog_interval_has_a_floor_with_a_warning(usec, half, caplog):
+    assert watchdog_interval({"WATCHDOG_USEC": usec}) == WATCHDOG_MIN_INTERVAL == 0.1
+    assert log_lines(caplog) == [
+        (
+            logging.WARNING,
+            f"WATCHDOG_USEC={usec!r} asks for a keep-alive every {half} s; "
+            "sending one every 0.1 s instead (the floor), which may be too late "
+            "for the manager's watchdog",
+        )
+    ]
 
 
 @pytest.mark.parametrize(

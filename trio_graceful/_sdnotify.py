@@ -51,6 +51,14 @@ logger = logging.getLogger("trio_graceful.sdnotify")
 ENVIRONMENT: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 """The variables `notifier_from_environment` reads (and removes by default)."""
 
+WATCHDOG_MIN_INTERVAL: Final = 0.1
+"""The shortest `watchdog_interval`, in seconds, whatever ``$WATCHDOG_USEC`` says.
+
+Half of ``WATCHDOG_USEC=1`` would be a keep-alive every half microsecond: a
+busy loop sending datagrams. A keep-alive every 0.1 s costs nothing; a
+manager that wants them faster (``WatchdogSec`` under 0.1 s) asks for more
+than a Trio task can promise anyway."""
+
 # The manager reads at most PIPE_BUF bytes of a datagram and ignores longer
 # ones; a status text gets half of that, whatever other fields come with it.
 _DATAGRAM_MAX: Final = 4096
@@ -194,7 +202,9 @@ def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
     """Return how often to send ``WATCHDOG=1``, in seconds, or None.
 
     That is half of ``$WATCHDOG_USEC``, as sd_watchdog_enabled(3) recommends,
-    if it is set and ``$WATCHDOG_PID`` is unset or names this process. A
+    if it is set and ``$WATCHDOG_PID`` is unset or names this process, but
+    never less than `WATCHDOG_MIN_INTERVAL`: a shorter half gives that floor,
+    and a WARNING naming the value. A
     ``$WATCHDOG_PID`` naming another process means the keep-alives are that
     process's business: None, silently. A value that is not a positive whole
     number gives a WARNING naming it, and None.
@@ -209,7 +219,18 @@ def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
     if not _POSITIVE.fullmatch(usec):
         logger.warning(_NO_KEEPALIVES, "WATCHDOG_USEC must be microseconds > 0", usec)
         return None
-    return int(usec) / 2_000_000
+    interval = int(usec) / 2_000_000
+    if interval < WATCHDOG_MIN_INTERVAL:
+        logger.warning(
+            "WATCHDOG_USEC=%r asks for a keep-alive every %g s; sending one "
+            "every %g s instead (the floor), which may be too late for the "
+            "manager's watchdog",
+            usec,
+            interval,
+            WATCHDOG_MIN_INTERVAL,
+        )
+        return WATCHDOG_MIN_INTERVAL
+    return interval
 
 
 _NO_KEEPALIVES: Final = "%s, not %r; no watchdog keep-alives are sent"
