@@ -477,6 +477,7 @@ CASES: dict[str, Case] = {
         for argument, valid in {
             "answer": callable,
             "idle_timeout": is_seconds,
+            "head_timeout": is_seconds,
             "max_connections": lambda v: is_integer(v) and v >= 1,  # type: ignore[operator]
             "max_header_bytes": lambda v: is_integer(v) and v >= 1,  # type: ignore[operator]
         }.items()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import http.client
@@ -20,6 +21,7 @@ import trio.testing
 
 import trio_graceful
 from trio_graceful._health import (
+    REPORT_INTERVAL,
     HealthAnswer,
     HealthEndpoint,
     HealthStatistics,
@@ -694,7 +696,8 @@ async def test_a_trickling_client_gets_no_more_than_the_idle_timeout(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     listener = MemoryListener()
-    async with serving([listener], Switchboard(), idle_timeout=10) as served:
+    options = {"idle_timeout": 10, "head_timeout": 60}
+    async with serving([listener], Switchboard(), **options) as served:
         client = await listener.connect()
         start = trio.current_time()
 
@@ -711,31 +714,213 @@ async def test_a_trickling_client_gets_no_more_than_the_idle_timeout(
         assert served.endpoint.statistics().timed_out == 1
 
 
-async def test_connections_beyond_the_cap_are_closed_at_once(
-    caplog: pytest.LogCaptureFixture,
+async def test_a_head_gets_head_timeout_from_its_first_byte(
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     listener = MemoryListener()
-    async with serving([listener], Switchboard(), max_connections=2) as served:
-        first = await listener.connect()
-        second = await listener.connect()
-        await trio.testing.wait_all_tasks_blocked()
-        third = await listener.connect()
-        assert await third.closed_by_server()
+    options = {"idle_timeout": 10, "head_timeout": 2}
+    async with serving([listener], Switchboard(), **options) as served:
+        client = await listener.connect()
+        await trio.sleep(5)  # quiet: only idle_timeout counts
+        first_byte = trio.current_time()
+
+        async def trickle() -> None:
+            for byte in b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n":
+                await client.stream.send_all(bytes([byte]))
+                await trio.sleep(0.5)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trickle)
+            assert await client.closed_by_server()
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() - first_byte == 2
         assert served.endpoint.statistics() == HealthStatistics(
-            connections=2, answered=0, refused=1, timed_out=0
+            connections=0, answered=0, refused=0, timed_out=0, slow_heads=1
         )
-        assert (await first.get(b"/livez")).status == 200
-        await second.stream.aclose()
-        await trio.testing.wait_all_tasks_blocked()
-        fourth = await listener.connect()
-        assert (await fourth.get(b"/readyz")).status == 200
-    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        (
-            "WARNING",
-            "health endpoint: closed a new connection, 2 are open already "
-            "(1 refused so far)",
-        )
+
+
+async def test_the_head_timeout_counts_again_for_each_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    listener = MemoryListener()
+    options = {"idle_timeout": 10, "head_timeout": 2}
+    async with serving([listener], Switchboard(), **options) as served:
+        client = await listener.connect()
+        for _ in range(3):  # a head in two parts, 1.5 s apart: in time
+            head = client.request(b"GET", b"/livez")
+            await client.stream.send_all(head[:5])
+            await trio.sleep(1.5)
+            await client.stream.send_all(head[5:])
+            assert (await client.response()).status == 200
+        assert served.endpoint.statistics().slow_heads == 0
+
+
+async def test_a_slow_pipelined_head_counts_from_the_previous_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    listener = MemoryListener()
+    options = {"idle_timeout": 10, "head_timeout": 2}
+    async with serving([listener], Switchboard(), **options) as served:
+        client = await listener.connect()
+        second = client.request(b"GET", b"/readyz")
+        await client.stream.send_all(client.request(b"GET", b"/livez") + second[:5])
+        assert (await client.response()).status == 200
+        answered = trio.current_time()
+        assert await client.closed_by_server()
+        assert trio.current_time() - answered == 2
+        assert served.endpoint.statistics().slow_heads == 1
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "trio_graceful.health" and r.levelno == logging.WARNING
     ]
+
+
+def report(
+    cap: int, evicted: int, refused: int, all_evicted: int, all_refused: int
+) -> str:
+    return (
+        f"health endpoint at max_connections={cap}: closed {evicted} connections "
+        f"waiting for a request to admit new ones, refused {refused} new ones "
+        f"({all_evicted} closed, {all_refused} refused in all)"
+    )
+
+
+async def test_at_the_cap_the_oldest_waiting_connection_is_evicted(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    listener = MemoryListener()
+    options = {"max_connections": 3, "idle_timeout": 100, "head_timeout": 100}
+    async with serving([listener], Switchboard(), **options) as served:
+        kept_alive = await listener.connect()  # t=0, then a request at t=3
+        idle = await listener.connect()  # t=0, no byte ever
+        await trio.sleep(1)
+        slowloris = await listener.connect()  # t=1, part of a head at t=2
+        await trio.sleep(1)
+        await slowloris.stream.send_all(b"GET /livez HT")
+        await trio.sleep(1)
+        assert (await kept_alive.get(b"/livez")).status == 200
+        await trio.sleep(1)
+        # Each newcomer completes a request at t=4: it is kept alive too, but
+        # its wait began after kept_alive's.
+        for victim in (idle, slowloris, kept_alive):
+            newcomer = await listener.connect()
+            assert await victim.closed_by_server()
+            assert (await newcomer.get(b"/readyz")).status == 200
+        assert served.endpoint.statistics() == HealthStatistics(
+            connections=3, answered=4, refused=0, timed_out=0, evicted=3
+        )
+        assert trio.current_time() == 4
+    assert warnings(caplog) == [report(3, 1, 0, 1, 0), report(3, 2, 0, 3, 0)]
+
+
+async def test_a_request_being_answered_is_never_evicted(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    listener = MemoryListener()
+    async with serving([listener], Switchboard(), max_connections=1) as served:
+        # Lockstep: the answer waits in send_all until the client reads it.
+        answering = await listener.connect(lockstep=True)
+        await answering.stream.send_all(answering.request(b"GET", b"/livez"))
+        await trio.testing.wait_all_tasks_blocked()
+        newcomer = await listener.connect()
+        assert await newcomer.closed_by_server()
+        assert served.endpoint.statistics() == HealthStatistics(
+            connections=1, answered=0, refused=1, timed_out=0
+        )
+        assert (await answering.response()).status == 200
+        await trio.testing.wait_all_tasks_blocked()
+        # Answered and waiting for the next request, it can be evicted.
+        later = await listener.connect()
+        assert await answering.closed_by_server()
+        assert (await later.get(b"/livez")).status == 200
+        assert served.endpoint.statistics() == HealthStatistics(
+            connections=1, answered=2, refused=1, timed_out=0, evicted=1
+        )
+    assert warnings(caplog) == [report(1, 0, 1, 0, 1), report(1, 1, 0, 1, 1)]
+
+
+async def test_evictions_and_refusals_are_logged_at_most_once_per_interval(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    listener = MemoryListener()
+    seen: list[tuple[float, list[str]]] = []
+    options = {"max_connections": 1, "idle_timeout": 1000, "head_timeout": 1000}
+    async with serving([listener], Switchboard(), **options) as served:
+        start = trio.current_time()
+        clients = [await listener.connect()]
+
+        async def flood(count: int) -> None:
+            for _ in range(count):
+                clients.append(await listener.connect())
+                await trio.testing.wait_all_tasks_blocked()
+
+        def look() -> None:
+            seen.append((trio.current_time() - start, warnings(caplog)))
+            caplog.clear()
+
+        await flood(100)  # one line at once, then the rest 10 s later
+        look()
+        await trio.sleep(REPORT_INTERVAL)
+        await trio.testing.wait_all_tasks_blocked()  # the report is due now too
+        look()
+        await trio.sleep(REPORT_INTERVAL * 5)  # nothing new: no line
+        look()
+        await flood(1)  # more than an interval since the last: at once
+        look()
+        await flood(7)
+        await served.stop()  # what is left is logged at STOP
+        look()
+        assert served.endpoint.statistics().evicted == 108
+    assert seen == [
+        (0, [report(1, 1, 0, 1, 0)]),
+        (10, [report(1, 99, 0, 100, 0)]),
+        (60, []),
+        (60, [report(1, 1, 0, 101, 0)]),
+        (60, [report(1, 7, 0, 108, 0)]),
+    ]
+
+
+async def test_probes_get_in_at_once_past_idle_connections_and_a_slowloris(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    listener = MemoryListener()
+    async with (
+        serving([listener], Switchboard()) as served,
+        trio.open_nursery() as nursery,
+    ):
+        idle = [await listener.connect() for _ in range(300)]
+
+        async def slowloris() -> None:
+            # Trickles a head that never ends; closed, comes back a second later.
+            while True:
+                client = await listener.connect()
+                with contextlib.suppress(trio.BrokenResourceError):
+                    for byte in b"GET /livez HTTP/1.1\r\nX: " + b"x" * 1000:
+                        await client.stream.send_all(bytes([byte]))
+                        await trio.sleep(0.1)
+                await trio.sleep(1)
+
+        for _ in range(64):
+            nursery.start_soon(slowloris)
+        await trio.sleep(30)  # the slowloris at its worst, reconnecting
+        for path in [b"/livez", b"/readyz"] * 10:
+            start = trio.current_time()
+            probe = await listener.connect()
+            reply = await probe.get(path, b"GET", (b"connection", b"close"))
+            assert reply.status == 200
+            assert trio.current_time() == start
+            await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+        statistics = served.endpoint.statistics()
+        assert statistics.answered == 20
+        assert statistics.evicted > 300
+        assert statistics.refused == 0
+        assert statistics.connections <= 32
+        del idle
 
 
 async def test_a_client_that_leaves_mid_answer_ends_only_its_connection(

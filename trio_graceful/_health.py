@@ -7,10 +7,27 @@ sends ``Connection: close``, while load balancers keep connections alive.
 This module is the mechanism: `serve_health` answers from a callable that
 says what is true now (`HealthAnswer`); the runner decides what that is.
 
-No client can hold the endpoint: a request (head, body, answer) must be done
-within ``idle_timeout`` of the previous one, however slowly its bytes
-trickle in; a head is capped; connections beyond a cap are closed at once;
-an error on one connection ends that connection only.
+No client can hold the endpoint, and none can keep a probe out:
+
+* a request (head, body, answer) must be done within ``idle_timeout`` of the
+  previous one (or of the connection's opening), however slowly its bytes
+  trickle in;
+* a request's head must be complete within ``head_timeout`` of its *first
+  byte*. Counted from the first byte, not from the opening, so that a
+  keep-alive client may sit quiet between requests (``idle_timeout`` bounds
+  that), while a slowloris, which must trickle bytes to look alive, loses its
+  slot in ``head_timeout``; a real probe sends its head in one segment;
+* at ``max_connections``, a new connection closes the oldest one that waits
+  for a request, to take its slot: first those that never completed one
+  (idle openings, slowloris heads), then keep-alive connections between
+  requests, oldest wait first. A connection whose request is being answered
+  is never closed so; only when every slot holds one is the new connection
+  refused. So a flood of idle connections cannot lock a probe out: the probe
+  is the newest, and the newest is kept;
+* refusals and those closings are logged as one WARNING with the counts, at
+  most once every `REPORT_INTERVAL` seconds, not once per connection;
+* a head is capped in size; an error on one connection ends that connection
+  only.
 """
 
 from __future__ import annotations
@@ -18,6 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Final, TypeAlias, final
@@ -42,6 +60,9 @@ _METHODS: Final = frozenset({b"GET", b"HEAD"})
 _TEXT: Final = b"text/plain; charset=utf-8"
 _JSON: Final = b"application/json"
 _Reply: TypeAlias = "tuple[int, bytes, bytes]"  # status, content type, body
+
+REPORT_INTERVAL: Final = 10.0
+"""Seconds between two WARNING lines counting refused and evicted connections."""
 
 
 @attrs.frozen
@@ -72,17 +93,33 @@ class HealthStatistics:
     """Answers sent, whatever their status."""
 
     refused: int
-    """Connections closed unanswered because ``max_connections`` were open."""
+    """New connections closed at once: ``max_connections`` were open, and each
+    was answering a request."""
 
     timed_out: int
     """Connections closed because a request was not done within ``idle_timeout``."""
+
+    evicted: int = 0
+    """Connections waiting for a request, closed to admit a new connection at
+    ``max_connections``."""
+
+    slow_heads: int = 0
+    """Connections closed because a request head was not complete within
+    ``head_timeout`` of its first byte."""
 
 
 @attrs.define(eq=False)
 class _Connection:
     stream: trio.abc.Stream
     http: h11.Connection
+    waiting_since: float  # when it began to wait for its current request
+    answered: int = 0  # requests answered on it
     reading: trio.CancelScope | None = None  # while waiting for the client
+    evicted: bool = False
+
+    def eviction_order(self) -> tuple[bool, float]:
+        """Sorts first the connection to evict first (see the module docstring)."""
+        return self.answered > 0, self.waiting_since
 
 
 @final
@@ -93,12 +130,21 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
     _inbox: InboxReceiver[object]
     _answer: Callable[[], HealthAnswer]
     _idle_timeout: float
+    _head_timeout: float
     _max_connections: int = attrs.field(validator=check_positive_int)
     _max_header_bytes: int = attrs.field(validator=check_positive_int)
-    _connections: set[_Connection] = attrs.field(factory=set["_Connection"], init=False)
+    # A dict for its order: among equal waits, the first admitted goes first.
+    _connections: dict[_Connection, None] = attrs.field(
+        factory=dict["_Connection", None], init=False
+    )
     _answered: int = attrs.field(default=0, init=False)
     _refused: int = attrs.field(default=0, init=False)
     _timed_out: int = attrs.field(default=0, init=False)
+    _evicted: int = attrs.field(default=0, init=False)
+    _slow_heads: int = attrs.field(default=0, init=False)
+    # Refused and evicted, as last logged; set when there is more to log.
+    _reported: tuple[int, int] = attrs.field(default=(0, 0), init=False)
+    _news: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def statistics(self) -> HealthStatistics:
         """Return a `HealthStatistics` snapshot. Not a checkpoint."""
@@ -107,6 +153,8 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
             answered=self._answered,
             refused=self._refused,
             timed_out=self._timed_out,
+            evicted=self._evicted,
+            slow_heads=self._slow_heads,
         )
 
     def _stop_reading(self) -> None:
@@ -115,28 +163,64 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
             if connection.reading is not None:
                 connection.reading.cancel(reason="the health endpoint is stopping")
 
+    def _make_room(self) -> bool:
+        """Evict the connection that waited longest for a request; False if none is."""
+        waiting = [c for c in self._connections if c.reading is not None]
+        if not waiting:
+            return False
+        victim = min(waiting, key=_Connection.eviction_order)
+        victim.evicted = True
+        assert victim.reading is not None
+        victim.reading.cancel(reason="evicted to admit a new health connection")
+        del self._connections[victim]
+        self._evicted += 1
+        return True
+
+    def _report(self) -> None:
+        """Log the refusals and evictions since the last report, if any."""
+        refused, evicted = self._reported
+        if (self._refused, self._evicted) == self._reported:
+            return
+        self._reported = (self._refused, self._evicted)
+        logger.warning(
+            "health endpoint at max_connections=%d: closed %d connections "
+            "waiting for a request to admit new ones, refused %d new ones "
+            "(%d closed, %d refused in all)",
+            self._max_connections,
+            self._evicted - evicted,
+            self._refused - refused,
+            self._evicted,
+            self._refused,
+        )
+
+    async def _report_periodically(self) -> None:
+        """Log `_report` when there is news, at most once every `REPORT_INTERVAL`."""
+        while True:
+            await self._news.wait()
+            self._news = trio.Event()
+            self._report()
+            await trio.sleep(REPORT_INTERVAL)
+
     async def _serve(self, stream: trio.abc.Stream) -> None:
         """Serve one connection; `trio.serve_listeners` closes the stream after."""
         if len(self._connections) >= self._max_connections:
-            self._refused += 1
-            logger.warning(
-                "health endpoint: closed a new connection, %d are open already "
-                "(%d refused so far)",
-                self._max_connections,
-                self._refused,
-            )
-            return
+            self._news.set()
+            if not self._make_room():
+                self._refused += 1
+                return
         http = h11.Connection(
             h11.SERVER, max_incomplete_event_size=self._max_header_bytes
         )
-        connection = _Connection(stream, http)
-        self._connections.add(connection)
+        connection = _Connection(stream, http, trio.current_time())
+        self._connections[connection] = None
         try:
             while True:
                 with trio.move_on_after(self._idle_timeout):
                     if not await self._exchange(connection):
                         break
                     http.start_next_cycle()
+                    connection.answered += 1
+                    connection.waiting_since = trio.current_time()
                     continue
                 # Here only when the time was up.
                 self._timed_out += 1
@@ -153,7 +237,7 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
         except Exception:
             logger.exception("health endpoint: a connection failed")
         finally:
-            self._connections.discard(connection)
+            self._connections.pop(connection, None)
 
     async def _exchange(self, connection: _Connection) -> bool:
         """Read a request and answer it; tell whether the connection carries on."""
@@ -190,28 +274,50 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
         """
         http = connection.http
         request: h11.Request | None = None
-        while True:
-            event = http.next_event()
-            if event is h11.NEED_DATA:
-                data = await self._receive(connection)
-                if data is None:
-                    return None
-                http.receive_data(data)
-            elif isinstance(event, h11.Request):
-                request = event
-            elif isinstance(event, h11.EndOfMessage):
-                return request
-            elif not isinstance(event, h11.Data):
-                return None  # h11.ConnectionClosed: the client closed first
+        with trio.CancelScope() as head:
+            if http.trailing_data[0]:  # pipelined: its first bytes are here
+                head.deadline = trio.current_time() + self._head_timeout
+            while True:
+                event = http.next_event()
+                if event is h11.NEED_DATA:
+                    data = await self._receive(connection)
+                    if data is None:
+                        return None
+                    if request is None and data and head.deadline == math.inf:
+                        head.deadline = trio.current_time() + self._head_timeout
+                    http.receive_data(data)
+                elif isinstance(event, h11.Request):
+                    request = event
+                    head.deadline = math.inf  # the body has idle_timeout
+                elif isinstance(event, h11.EndOfMessage):
+                    return request
+                elif not isinstance(event, h11.Data):
+                    return None  # h11.ConnectionClosed: the client closed first
+        # Here only when the head's time was up.
+        self._slow_heads += 1
+        logger.debug(
+            "health endpoint: closed a connection whose request head was not "
+            "complete %s s after its first byte",
+            self._head_timeout,
+        )
+        return None
 
     async def _receive(self, connection: _Connection) -> bytes | None:
-        """Return the next bytes from the client (b"" at its end); None after STOP."""
+        """Return the next bytes from the client (b"" at its end).
+
+        None after STOP, or if the connection was evicted to admit a new one.
+        """
         if not self._inbox.stop_received:
+            data = None
             with trio.CancelScope() as connection.reading:
                 try:
-                    return bytes(await connection.stream.receive_some(_CHUNK))
+                    data = bytes(await connection.stream.receive_some(_CHUNK))
                 finally:
                     connection.reading = None
+            if connection.evicted:
+                return None  # even with bytes: its slot is someone else's now
+            if data is not None:
+                return data
         http = connection.http
         if http.their_state is not h11.IDLE or http.trailing_data[0]:
             logger.debug("health endpoint: stopped with a request partly received")
@@ -320,6 +426,7 @@ async def serve_health(
     answer: Callable[[], HealthAnswer],
     *,
     idle_timeout: float = 10.0,
+    head_timeout: float = 2.0,
     max_connections: int = 32,
     max_header_bytes: int = 8192,
     task_status: trio.TaskStatus[HealthEndpoint] = trio.TASK_STATUS_IGNORED,
@@ -351,15 +458,21 @@ async def serve_health(
         answer: Returns the `HealthAnswer` of this instant.
         idle_timeout (float): Seconds a connection may take to complete a
             request, counted from its opening or its previous answer.
-        max_connections (int): Connections open at once; more are closed
-            as soon as they are accepted, each logged as a warning.
+        head_timeout (float): Seconds a request's head may take to arrive,
+            counted from its first byte (a slowloris is closed then).
+        max_connections (int): Connections open at once. At the limit, a
+            new connection closes the oldest one waiting for a request (see
+            the module docstring); if every one is being answered, the new
+            one is closed instead. Both are counted in `HealthStatistics`
+            and logged, one WARNING with the counts every
+            `REPORT_INTERVAL` seconds at most.
         max_header_bytes (int): The most bytes held of a request head not
             complete yet (h11's ``max_incomplete_event_size``); beyond, 431.
         task_status: Started with the `HealthEndpoint` once it is listening.
 
     Raises:
         TypeError: if ``answer`` is not callable, or an option has the wrong type.
-        ValueError: if ``idle_timeout`` is negative or NaN, or a count is below 1.
+        ValueError: if a timeout is negative or NaN, or a count is below 1.
     """
     listeners = list(listeners)
     try:
@@ -369,6 +482,7 @@ async def serve_health(
             inbox,
             answer,
             check_seconds("idle_timeout", idle_timeout),
+            check_seconds("head_timeout", head_timeout),
             max_connections,
             max_header_bytes,
         )
@@ -379,11 +493,17 @@ async def serve_health(
                 listeners,
                 handler_nursery=connections,
             )
-            task_status.started(endpoint)
-            # Cancelled at STOP, serve_listeners closes the listeners; the
-            # connections run in their own nursery and finish their answers.
-            await inbox.until_stop(accept)
+            async with trio.open_nursery() as reporting:
+                reporting.start_soon(
+                    endpoint._report_periodically  # pyright: ignore[reportPrivateUsage]
+                )
+                task_status.started(endpoint)
+                # Cancelled at STOP, serve_listeners closes the listeners; the
+                # connections run in their own nursery and finish their answers.
+                await inbox.until_stop(accept)
+                reporting.cancel_scope.cancel(reason="the health endpoint is stopping")
             endpoint._stop_reading()  # pyright: ignore[reportPrivateUsage]
+        endpoint._report()  # pyright: ignore[reportPrivateUsage]
     finally:
         for listener in listeners:
             await trio.aclose_forcefully(listener)
