@@ -429,6 +429,7 @@ CASES: dict[str, Case] = {
             "health_port": lambda v: v is None or is_port(v),
             # alone, even a string is refused: it needs a health_port
             "health_host": lambda v: v is None,
+            "health_max_connections": lambda v: is_integer(v) and v >= 1,  # type: ignore[operator]
         }.items()
     },
     "add_run_arguments/parser": Case(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
+import re
 
 import pytest
 import trio
@@ -26,7 +28,11 @@ def test_defaults_are_runs_own():
         "stop_budget": math.inf,
         "health_port": None,
         "health_host": None,
+        "health_max_connections": 32,
     }
+    signature = inspect.signature(trio_graceful.run).parameters
+    for name, value in trio_graceful.run_arguments(args).items():
+        assert signature[name].default == value, name
 
 
 def test_every_option_reaches_run():
@@ -37,6 +43,7 @@ def test_every_option_reaches_run():
         "--stop-budget=inf",
         "--health-port=0",
         "--health-host=127.0.0.1",
+        "--health-max-connections=5",
     ]
     options = trio_graceful.run_arguments(parser(grace=3).parse_args(argv))
     assert options == {
@@ -46,6 +53,7 @@ def test_every_option_reaches_run():
         "stop_budget": math.inf,
         "health_port": 0,
         "health_host": "127.0.0.1",
+        "health_max_connections": 5,
     }
     seen: list[object] = []
 
@@ -92,6 +100,26 @@ def test_the_defaults_given_are_used():
             "argument --health-port: health_port must be a port number in "
             "0..65535, not 'x'",
         ),
+        (
+            ["--health-port=0", "--health-max-connections", "0"],
+            "argument --health-max-connections: health_max_connections must be "
+            "an integer >= 1, not '0'",
+        ),
+        (
+            ["--health-max-connections", "many"],
+            "argument --health-max-connections: health_max_connections must be "
+            "an integer >= 1, not 'many'",
+        ),
+        (
+            ["--health-host", "::1"],
+            "argument --health-host: needs --health-port (--health-port=0 "
+            "picks a free port)",
+        ),
+        (
+            ["--health-host=::1", "--grace=1"],
+            "argument --health-host: needs --health-port (--health-port=0 "
+            "picks a free port)",
+        ),
     ],
 )
 def test_bad_values_are_refused_by_the_parser(capsys, argv, message):
@@ -133,7 +161,30 @@ def test_bad_default_adds_nothing():
     assert parser.parse_args([]) == argparse.Namespace()
 
 
-def test_a_health_host_without_a_port_is_refused_by_run():
-    options = trio_graceful.run_arguments(parser().parse_args(["--health-host", "::1"]))
+def test_a_health_host_with_a_port_in_any_order_is_accepted():
+    for argv in (["--health-host=::1", "--health-port=0"], ["--health-port=0"]):
+        args = parser().parse_args(argv)
+        assert args.health_port == 0
+    args, extras = parser().parse_known_args(["--health-port=1", "--other"])
+    assert (args.health_port, extras) == (1, ["--other"])
+
+
+def test_a_health_host_without_a_port_is_still_refused_by_run():
+    options = trio_graceful.run_arguments(parser().parse_args([]))
+    options["health_host"] = "::1"
     with pytest.raises(ValueError, match=r"^health_host='::1' needs a health_port"):
         trio_graceful.run(trio.sleep, 0, **options)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, "health_max_connections must be >= 1, not 0"),
+        (-3, ValueError, "health_max_connections must be >= 1, not -3"),
+        (True, TypeError, "health_max_connections must be an integer, not True"),
+        (2.0, TypeError, "health_max_connections must be an integer, not 2.0"),
+    ],
+)
+def test_a_bad_health_max_connections_is_refused_by_run(value, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        trio_graceful.run(trio.sleep, 0, health_port=0, health_max_connections=value)

@@ -219,6 +219,46 @@ def test_systemd_gets_keep_alives_at_half_its_interval(manager, monkeypatch):
     assert [m for m in received(manager) if m == "WATCHDOG=1"] == ["WATCHDOG=1"] * 4
 
 
+def test_a_tiny_watchdog_usec_gets_keep_alives_at_the_floor(
+    manager, monkeypatch, caplog
+):
+    monkeypatch.setenv("WATCHDOG_USEC", "1")
+
+    async def main() -> None:
+        await trio.sleep(0.45)
+
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    assert trio_graceful.run(main, clock=clock) == 0
+    # at 0, 0.1, ..., 0.4 (the manager's queue is short): not a busy loop
+    assert [m for m in received(manager) if m == "WATCHDOG=1"] == ["WATCHDOG=1"] * 5
+    [warning] = [
+        r.getMessage() for r in caplog.records if r.name == "trio_graceful.sdnotify"
+    ]
+    assert warning.startswith("WATCHDOG_USEC='1' asks for a keep-alive every 5e-07 s")
+
+
+def test_health_max_connections_caps_the_endpoint_and_probes_get_in():
+    async def main() -> None:
+        address = current_runner().health_address
+        assert address is not None
+        idle = await trio.open_tcp_stream(*address)
+        async with idle:
+            # The probe takes the idle connection's one slot.
+            assert await probe("/livez") == (200, "live\n")
+            assert await idle.receive_some() == b""
+
+    assert (
+        trio_graceful.run(
+            main,
+            clock=still_clock(),
+            health_port=0,
+            health_host="127.0.0.1",
+            health_max_connections=1,
+        )
+        == 0
+    )
+
+
 def test_a_notify_socket_that_does_not_exist_is_a_warning(
     tmp_path, monkeypatch, caplog
 ):

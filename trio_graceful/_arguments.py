@@ -10,10 +10,12 @@ checks its argument, and `run_arguments` hands what was parsed to `run`.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypedDict
 
+from ._admission import check_count
 from ._util import check_port, check_seconds
 
 
@@ -26,6 +28,7 @@ class RunArguments(TypedDict):
     stop_budget: float
     health_port: int | None
     health_host: str | None
+    health_max_connections: int
 
 
 def _seconds(name: str) -> Callable[[str], float]:
@@ -53,6 +56,45 @@ def _health_port(text: str) -> int:
         ) from None
 
 
+def _count(name: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            return check_count(name, int(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be an integer >= 1, not {text!r}"
+            ) from None
+
+    return parse
+
+
+def _refuse_host_without_port(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` refuse ``--health-host`` without ``--health-port``.
+
+    argparse checks each option alone; this pair is checked once all are
+    parsed, by the parser's own `parse_known_args` (which ``parse_args``
+    and the intermixed variants call), so the error is a usage error.
+    """
+    parse_known_args = parser.parse_known_args
+
+    @functools.wraps(parse_known_args)
+    def parse_checked(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = parse_known_args(args, namespace or argparse.Namespace())
+        if (
+            getattr(parsed, "health_host", None) is not None
+            and getattr(parsed, "health_port", None) is None
+        ):
+            parser.error(
+                "argument --health-host: needs --health-port "
+                "(--health-port=0 picks a free port)"
+            )
+        return parsed, extras
+
+    vars(parser)["parse_known_args"] = parse_checked
+
+
 def add_run_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -63,8 +105,10 @@ def add_run_arguments(
 
     ``--grace`` and ``--unwind-budget`` (with the defaults given here),
     ``--drain-delay`` (default 0), ``--stop-budget`` (default: no limit),
-    ``--health-port`` and ``--health-host`` (default: no health endpoint).
-    A bad value is refused by the parser, naming the option and the value::
+    ``--health-port``, ``--health-host`` and ``--health-max-connections``
+    (default: no health endpoint; every interface; 32 connections). A bad
+    value is refused by the parser, naming the option and the value, and so
+    is ``--health-host`` without ``--health-port``::
 
         parser = argparse.ArgumentParser()
         trio_graceful.add_run_arguments(parser, grace=30)
@@ -118,6 +162,15 @@ def add_run_arguments(
         default=None,
         help="address of the health endpoint (default: every interface)",
     )
+    add(
+        "--health-max-connections",
+        type=_count("health_max_connections"),
+        default=32,
+        metavar="N",
+        help="connections the health endpoint holds at once; at the limit the "
+        "oldest one waiting for a request is closed (default: %(default)d)",
+    )
+    _refuse_host_without_port(parser)
 
 
 _NAMES = tuple(RunArguments.__annotations__)
@@ -146,4 +199,5 @@ def run_arguments(args: argparse.Namespace) -> RunArguments:
         stop_budget=args.stop_budget,
         health_port=args.health_port,
         health_host=args.health_host,
+        health_max_connections=args.health_max_connections,
     )

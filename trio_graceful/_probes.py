@@ -20,6 +20,7 @@ Two audiences, two mechanisms; this module is the policy over both:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import TYPE_CHECKING, Final, final
@@ -72,8 +73,11 @@ class Probes:
             program.fail(f"startup failed: {exc}", None, startup=True)
             return
         assert program.services is not None
+        serve = functools.partial(
+            serve_health, max_connections=program.options.health_max_connections
+        )
         await program.services.start(
-            serve_health, (listeners, self._answer), "health endpoint"
+            serve, (listeners, self._answer), "health endpoint"
         )
         host, bound = listeners[0].socket.getsockname()[:2]
         program.health_address = (str(host), int(bound))

@@ -236,6 +236,7 @@ def run(
     stop_budget: float = math.inf,
     health_port: int | None = None,
     health_host: str | None = None,
+    health_max_connections: int = 32,
 ) -> int:
     """Run ``main(*args)`` as a program that shuts down well; return its exit status.
 
@@ -311,7 +312,13 @@ def run(
             JSON). It starts before ``main``, as the first service, so it
             stops last. A port in use fails the startup.
         health_host (str or None): The address the health endpoint listens
-            on; None (the default) for every interface.
+            on; None (the default) for every interface, as a kubelet probes
+            the pod's IP address (see :doc:`deployment`).
+        health_max_connections (int): Connections the health endpoint holds
+            at once. At the limit, a new one closes the oldest connection
+            still waiting for a request, so idle connections or a slowloris
+            cannot keep probes out; a request head must be complete within
+            2 s of its first byte.
         second_signal (str): What the second signal does. ``"force"`` (the
             default) hard-cancels everything and lets it unwind: ``finally``
             blocks run and the log is complete, within ``unwind_budget``.
@@ -329,7 +336,8 @@ def run(
             synchronous function, or a ``clock`` that is not a
             `trio.abc.Clock`.
         ValueError: for a negative or NaN duration, a port outside
-            0..65535, a ``health_host`` without a ``health_port``, a signal
+            0..65535, a ``health_host`` without a ``health_port``, a
+            ``health_max_connections`` below 1, a signal
             that cannot be handled, a ``startup_timeout`` for a ``main`` without
             ``task_status``, or a ``second_signal`` other than ``"force"`` and
             ``"exit"``.
@@ -350,6 +358,7 @@ def run(
         stop_budget=stop_budget,
         health_port=health_port,
         health_host=health_host,
+        health_max_connections=health_max_connections,
     )
     if options.signals and threading.current_thread() is not threading.main_thread():
         raise RuntimeError(

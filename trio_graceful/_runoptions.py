@@ -17,6 +17,7 @@ from typing import Final, cast
 import attrs
 import trio
 
+from ._admission import check_count
 from ._budget import StopTimes, fit_stop_budget
 from ._escalation import SecondSignal
 from ._exitcodes import ExitCodes
@@ -37,6 +38,7 @@ class RunOptions:
     stop_budget: float
     health_port: int | None
     health_host: str | None
+    health_max_connections: int
     startup_timeout: float
     signals: tuple[int, ...]
     exit_codes: ExitCodes
@@ -113,6 +115,7 @@ def check_run_arguments(
     stop_budget: object,
     health_port: object,
     health_host: object,
+    health_max_connections: object,
 ) -> tuple[RunOptions, str | None]:
     """Check the arguments of `trio_graceful.run`; see its docstring for the errors.
 
@@ -129,6 +132,7 @@ def check_run_arguments(
         )
     )
     checked_port, checked_host = _check_health(health_port, health_host)
+    max_connections = check_count("health_max_connections", health_max_connections)
     checked_timeout = check_seconds("startup_timeout", startup_timeout)
     checked_signals = _check_signals(signals)
     _check_main(main)
@@ -156,6 +160,7 @@ def check_run_arguments(
         stop_budget=times.stop_budget,
         health_port=checked_port,
         health_host=checked_host,
+        health_max_connections=max_connections,
         startup_timeout=checked_timeout,
         signals=checked_signals,
         exit_codes=exit_codes,
