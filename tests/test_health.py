@@ -692,24 +692,34 @@ async def test_the_idle_timeout_counts_from_the_previous_answer(
         assert trio.current_time() - answered == 10
 
 
+@asynccontextmanager
+async def one_client(**options: object) -> AsyncGenerator[tuple[Served, Client], None]:
+    """Serve on a memory listener with ``options``, and connect one client."""
+    listener = MemoryListener()
+    async with serving([listener], Switchboard(), **options) as served:
+        yield served, await listener.connect()
+
+
+async def trickle_until_closed(client: Client, *, pause: float) -> None:
+    """Send a request a byte every ``pause`` seconds until the server closes."""
+
+    async def trickle() -> None:
+        for byte in b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n":
+            await client.stream.send_all(bytes([byte]))
+            await trio.sleep(pause)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trickle)
+        assert await client.closed_by_server()
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_trickling_client_gets_no_more_than_the_idle_timeout(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    listener = MemoryListener()
-    options = {"idle_timeout": 10, "head_timeout": 60}
-    async with serving([listener], Switchboard(), **options) as served:
-        client = await listener.connect()
+    async with one_client(idle_timeout=10, head_timeout=60) as (served, client):
         start = trio.current_time()
-
-        async def trickle() -> None:
-            for byte in b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n":
-                await client.stream.send_all(bytes([byte]))
-                await trio.sleep(3)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trickle)
-            assert await client.closed_by_server()
-            nursery.cancel_scope.cancel()
+        await trickle_until_closed(client, pause=3)
         assert trio.current_time() - start == 10
         assert served.endpoint.statistics().timed_out == 1
 
@@ -717,22 +727,10 @@ async def test_a_trickling_client_gets_no_more_than_the_idle_timeout(
 async def test_a_head_gets_head_timeout_from_its_first_byte(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    listener = MemoryListener()
-    options = {"idle_timeout": 10, "head_timeout": 2}
-    async with serving([listener], Switchboard(), **options) as served:
-        client = await listener.connect()
+    async with one_client(idle_timeout=10, head_timeout=2) as (served, client):
         await trio.sleep(5)  # quiet: only idle_timeout counts
         first_byte = trio.current_time()
-
-        async def trickle() -> None:
-            for byte in b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n":
-                await client.stream.send_all(bytes([byte]))
-                await trio.sleep(0.5)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trickle)
-            assert await client.closed_by_server()
-            nursery.cancel_scope.cancel()
+        await trickle_until_closed(client, pause=0.5)
         assert trio.current_time() - first_byte == 2
         assert served.endpoint.statistics() == HealthStatistics(
             connections=0, answered=0, refused=0, timed_out=0, slow_heads=1
@@ -742,10 +740,7 @@ async def test_a_head_gets_head_timeout_from_its_first_byte(
 async def test_the_head_timeout_counts_again_for_each_request(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    listener = MemoryListener()
-    options = {"idle_timeout": 10, "head_timeout": 2}
-    async with serving([listener], Switchboard(), **options) as served:
-        client = await listener.connect()
+    async with one_client(idle_timeout=10, head_timeout=2) as (served, client):
         for _ in range(3):  # a head in two parts, 1.5 s apart: in time
             head = client.request(b"GET", b"/livez")
             await client.stream.send_all(head[:5])
@@ -758,10 +753,7 @@ async def test_the_head_timeout_counts_again_for_each_request(
 async def test_a_slow_pipelined_head_counts_from_the_previous_answer(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    listener = MemoryListener()
-    options = {"idle_timeout": 10, "head_timeout": 2}
-    async with serving([listener], Switchboard(), **options) as served:
-        client = await listener.connect()
+    async with one_client(idle_timeout=10, head_timeout=2) as (served, client):
         second = client.request(b"GET", b"/readyz")
         await client.stream.send_all(client.request(b"GET", b"/livez") + second[:5])
         assert (await client.response()).status == 200
