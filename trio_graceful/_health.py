@@ -25,7 +25,7 @@ No client can hold the endpoint, and none can keep a probe out:
   refused. So a flood of idle connections cannot lock a probe out: the probe
   is the newest, and the newest is kept;
 * refusals and those closings are logged as one WARNING with the counts, at
-  most once every `REPORT_INTERVAL` seconds, not once per connection;
+  most once every ``REPORT_INTERVAL`` (10) seconds, not once per connection;
 * a head is capped in size; an error on one connection ends that connection
   only.
 """
@@ -93,8 +93,8 @@ class HealthStatistics:
     """Answers sent, whatever their status."""
 
     refused: int
-    """New connections closed at once: ``max_connections`` were open, and each
-    was answering a request."""
+    """New connections closed at once, as ``max_connections`` were open and
+    each was answering a request."""
 
     timed_out: int
     """Connections closed because a request was not done within ``idle_timeout``."""
@@ -464,8 +464,7 @@ async def serve_health(
             new connection closes the oldest one waiting for a request (see
             the module docstring); if every one is being answered, the new
             one is closed instead. Both are counted in `HealthStatistics`
-            and logged, one WARNING with the counts every
-            `REPORT_INTERVAL` seconds at most.
+            and logged, one WARNING with the counts every 10 s at most.
         max_header_bytes (int): The most bytes held of a request head not
             complete yet (h11's ``max_incomplete_event_size``); beyond, 431.
         task_status: Started with the `HealthEndpoint` once it is listening.
