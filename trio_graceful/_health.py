@@ -142,8 +142,9 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
     _timed_out: int = attrs.field(default=0, init=False)
     _evicted: int = attrs.field(default=0, init=False)
     _slow_heads: int = attrs.field(default=0, init=False)
-    # Refused and evicted, as last logged; set when there is more to log.
+    # The refused and evicted counts as last logged.
     _reported: tuple[int, int] = attrs.field(default=(0, 0), init=False)
+    # Set at each refusal or eviction: `_report_periodically` has news.
     _news: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def statistics(self) -> HealthStatistics:
@@ -164,7 +165,7 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
                 connection.reading.cancel(reason="the health endpoint is stopping")
 
     def _make_room(self) -> bool:
-        """Evict the connection that waited longest for a request; False if none is."""
+        """Evict the first waiting connection in eviction order; False if none waits."""
         waiting = [c for c in self._connections if c.reading is not None]
         if not waiting:
             return False
