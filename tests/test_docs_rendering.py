@@ -86,4 +86,5 @@ def test_run_arguments_lists_its_keys(rendered: str):
         "stop_budget",
         "health_port",
         "health_host",
+        "health_max_connections",
     ]
