@@ -25,9 +25,8 @@ from trio_graceful._health import (
     HealthAnswer,
     HealthEndpoint,
     HealthStatistics,
-    open_health_listeners,
-    serve_health,
 )
+from trio_graceful._healthserve import open_health_listeners, serve_health
 
 TEXT = "text/plain; charset=utf-8"
 

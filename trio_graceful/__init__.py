@@ -25,6 +25,8 @@ from ._health import (
     HealthAnswer as HealthAnswer,
     HealthEndpoint as HealthEndpoint,
     HealthStatistics as HealthStatistics,
+)
+from ._healthserve import (
     open_health_listeners as open_health_listeners,
     serve_health as serve_health,
 )

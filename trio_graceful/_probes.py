@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Final, final
 
 import trio
 
-from ._health import HealthAnswer, open_health_listeners, serve_health
+from ._health import HealthAnswer
+from ._healthserve import open_health_listeners, serve_health
 from ._lifecycle import Event, LifecycleState
 from ._programstatus import ProgramStatus, current_status
 from ._sdnotify import notifier_from_environment
