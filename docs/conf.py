@@ -95,9 +95,9 @@ nitpick_ignore_regex = [
     # Type variables in the signatures (T, U, R, PosArgT): they stand for the
     # caller's types and have no entry of their own to link to.
     (r"py:class", r"(trio_graceful(\.jobs|\.asgi)?\._\w+\.)?(T|U|R|PosArgT|P)"),
-    # Trace.plot's matplotlib Axes, imported only for type checkers (the
+    # Trace.plot's matplotlib Axes and Figure, imported only for type checkers (the
     # plot extra is optional), so autodoc sees the bare name.
-    (r"py:class", r"Axes"),
+    (r"py:class", r"Axes|Figure"),
 ]
 
 autodoc_member_order = "bysource"

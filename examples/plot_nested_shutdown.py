@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 import trio
 import trio.testing
-from matplotlib.figure import Figure
 
 import trio_graceful
 
@@ -68,12 +67,9 @@ def draw(request_grace: float = 20) -> Axes:
 
 if __name__ == "__main__":
     trace = record()
-    figure = trace.plot(title="server grace 10 s, request grace 20 s").get_figure(
-        root=True
+    trace.save_plot(
+        "nested_shutdown.png", title="server grace 10 s, request grace 20 s"
     )
-    assert isinstance(figure, Figure)
-    # matplotlib leaves the types of savefig's keyword arguments open
-    figure.savefig("nested_shutdown.png", dpi=100, bbox_inches="tight")  # pyright: ignore[reportUnknownMemberType]
     with open("nested_shutdown.json", "w") as file:
         json.dump(trace.to_chrome_trace(process_name="nested shutdown"), file)
     print("wrote nested_shutdown.png and nested_shutdown.json")

@@ -62,8 +62,8 @@ class RunReport:
 ROWS = [
     "requests sent",
     "  answered",
-    '  refused ("shutting down": retry elsewhere)',
-    "  crossed the end on the wire (sent < 20 ms before)",
+    '  refused: got {"error": "shutting down"}, may retry elsewhere',
+    "  no reply, sent < 20 ms before the connection ended (crossed the CLOSE)",
     "  LOST: sent earlier, no reply ever came",
     "the clients got CLOSE",
     "a new connection during the shutdown",

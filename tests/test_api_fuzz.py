@@ -18,6 +18,7 @@ ever runs.
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import signal
@@ -59,6 +60,7 @@ from trio_graceful import (
     run_asyncio,
     run_in_thread,
     run_process,
+    save_timeline,
     serve_health,
 )
 
@@ -237,6 +239,21 @@ def draw(**kwargs: object) -> Callable[[object, object], object]:
     return call
 
 
+def save(**kwargs: object) -> Callable[[object, object], object]:
+    trace = Trace([TraceEvent(TraceKind.BUNDLE_OPENED, 0.0, "b")])
+
+    def call(value: object, _: object) -> object:
+        arguments: dict[str, object] = {"trace": trace, "file": io.BytesIO()}
+        arguments.update(dict.fromkeys(kwargs, value))
+        return save_timeline(**arguments)  # type: ignore[arg-type]
+
+    return call
+
+
+def is_dpi(value: object) -> bool:
+    return is_number(value) and 10 <= value < math.inf  # type: ignore[operator]
+
+
 def hook_added(value: object, _: object) -> None:
     add_trace_hook(value)  # type: ignore[arg-type]
     remove_trace_hook(value)  # type: ignore[arg-type]
@@ -393,6 +410,19 @@ CASES: dict[str, Case] = {
     "plot_timeline/trace": Case("trace", draw(trace=None), lambda v: False),
     "plot_timeline/title": Case("title", draw(title=None), is_str_or_none),
     "plot_timeline/ax": Case("ax", draw(ax=None), lambda v: v is None),
+    "save_timeline/trace": Case("trace", save(trace=None), lambda v: False),
+    # matplotlib warns of a glyph missing from its font when it saves
+    "save_timeline/title": Case(
+        "title", save(title=None), is_str_or_none, allowed=(UserWarning,)
+    ),
+    "save_timeline/dpi": Case(
+        "dpi",
+        save(dpi=None),
+        is_dpi,
+        values=ARBITRARY.filter(lambda v: not is_number(v))
+        | st.floats(-10, 150)
+        | st.sampled_from([0, -1, 9.99, 10, math.inf]),
+    ),
     "open_stdin_lines/fd": Case(
         "fd",
         stdin_opened,

@@ -21,6 +21,7 @@ from trio_graceful import (
     open_bundle,
     plot_timeline,
     record_trace,
+    save_timeline,
 )
 from trio_graceful._plot import LANE_HEIGHT
 from trio_graceful._timeline import Row, place_labels, row_name, rows
@@ -154,7 +155,8 @@ async def test_labels_of_lines_close_together_do_not_overlap(autojump_clock):
         plt.close(ax.figure)
 
 
-async def test_many_labels_never_overlap_when_drawn(autojump_clock):
+async def record_eight_parts() -> Trace:
+    """Eight bundles cancelled 50 ms apart: many lines, labels in many lanes."""
     with record_trace() as trace:
         async with open_bundle(name="server") as server:
             for n in range(8):
@@ -164,7 +166,11 @@ async def test_many_labels_never_overlap_when_drawn(autojump_clock):
                     await part.cancel(grace=0.01 * n)
             server.start_soon(trio.sleep, 30, name="long")
             await server.shutdown(grace=40)
-    ax = plot_timeline(trace)
+    return trace
+
+
+async def test_many_labels_never_overlap_when_drawn(autojump_clock):
+    ax = plot_timeline(await record_eight_parts())
     try:
         ax.figure.canvas.draw()
         renderer = ax.figure.canvas.get_renderer()
@@ -173,6 +179,63 @@ async def test_many_labels_never_overlap_when_drawn(autojump_clock):
         assert not [
             (a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)
         ]
+    finally:
+        plt.close(ax.figure)
+
+
+def assert_nothing_cut_off(figure, png, dpi):
+    """Everything drawn lies inside the figure, and the image is the figure."""
+    width, height = figure.get_size_inches() * dpi
+    image = matplotlib.image.imread(io.BytesIO(png), format="png")
+    assert image.shape[:2] == (int(height), int(width))
+    (ax,) = figure.axes
+    legend = ax.get_legend()
+    assert legend is not None
+    lanes = {t.get_position()[1] for t in ax.texts}
+    assert len(lanes) >= 3  # labels in lanes above the axes
+    drawn = [ax.title, ax.xaxis.label, legend, *ax.texts, *ax.get_yticklabels()]
+    assert ax.title.get_text()
+    assert ax.xaxis.label.get_text() == "seconds"
+    inside = [
+        figure.bbox.x0 <= box.x0
+        and box.x1 <= figure.bbox.x1
+        and figure.bbox.y0 <= box.y0
+        and box.y1 <= figure.bbox.y1
+        for box in (artist.get_window_extent() for artist in drawn)
+    ]
+    assert all(inside), [a for a, ok in zip(drawn, inside, strict=True) if not ok]
+    everything = figure.get_tightbbox()  # inches
+    size = figure.get_size_inches()
+    assert everything.x0 >= 0
+    assert everything.x1 <= size[0]
+    assert everything.y0 >= 0
+    assert everything.y1 <= size[1]
+
+
+async def test_a_saved_timeline_cuts_nothing_off(autojump_clock, tmp_path):
+    trace = await record_eight_parts()
+    png = io.BytesIO()
+    title = "eight parts cancelled 50 ms apart, then the server"
+    figure = save_timeline(trace, png, title=title, dpi=80)
+    assert isinstance(figure, matplotlib.figure.Figure)
+    assert plt.get_fignums() == []  # pyplot keeps nothing to close
+    assert_nothing_cut_off(figure, png.getvalue(), dpi=80)
+    # a path's extension gives the format; the method does the same
+    figure = trace.save_plot(tmp_path / "timeline.png", title=title)
+    assert_nothing_cut_off(figure, (tmp_path / "timeline.png").read_bytes(), dpi=100)
+    figure = trace.save_plot(tmp_path / "timeline.svg")
+    assert (tmp_path / "timeline.svg").read_text().startswith("<?xml")
+
+
+async def test_a_plotted_timeline_saves_with_nothing_cut_off(autojump_clock):
+    trace = await record_eight_parts()
+    ax = plot_timeline(trace, title="eight parts")
+    try:
+        figure = ax.get_figure(root=True)
+        assert isinstance(figure, matplotlib.figure.Figure)
+        png = io.BytesIO()
+        figure.savefig(png, format="png")  # plain: no bbox_inches="tight"
+        assert_nothing_cut_off(figure, png.getvalue(), dpi=figure.dpi)
     finally:
         plt.close(ax.figure)
 
@@ -330,12 +393,30 @@ def test_arguments_are_checked_at_the_call():
         TypeError, match=r"^ax must be a matplotlib Axes or None, not 5$"
     ):
         plot_timeline(trace, ax=5)  # type: ignore[arg-type]
+    file = io.BytesIO()
+    with pytest.raises(
+        TypeError, match=r"^trace must be a Trace from record_trace\(\), not 5$"
+    ):
+        save_timeline(5, file)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^title must be a string or None, not 5$"):
+        save_timeline(trace, file, title=5)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"^dpi must be a number of dots per inch, not '72'$"
+    ):
+        save_timeline(trace, file, dpi="72")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^dpi must be >= 10 and finite, not 9.5$"):
+        save_timeline(trace, file, dpi=9.5)
+    with pytest.raises(TypeError, match=r"^format must be a string or None, not 5$"):
+        save_timeline(trace, file, format=5)  # type: ignore[arg-type]
+    assert file.getvalue() == b""
     assert plt.get_fignums() == []
 
 
 def test_empty_trace_is_refused():
     with pytest.raises(ValueError, match=r"^the trace holds no events to plot$"):
         plot_timeline(Trace())
+    with pytest.raises(ValueError, match=r"^the trace holds no events to plot$"):
+        save_timeline(Trace(), io.BytesIO())
 
 
 def test_the_plot_example_runs(tmp_path):

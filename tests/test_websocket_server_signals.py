@@ -378,8 +378,8 @@ async def test_demo_runs_and_reports_both_shutdowns():
         for name in [
             "requests sent",
             "answered",
-            'refused ("shutting down": retry elsewhere)',
-            "crossed the end on the wire (sent < 20 ms before)",
+            'refused: got {"error": "shutting down"}, may retry elsewhere',
+            "no reply, sent < 20 ms before the connection ended (crossed the CLOSE)",
             "LOST: sent earlier, no reply ever came",
         ]
     )

@@ -50,6 +50,7 @@ from ._recording import (
     Trace as Trace,
     plot_timeline as plot_timeline,
     record_trace as record_trace,
+    save_timeline as save_timeline,
 )
 from ._report import (
     BundleStatistics as BundleStatistics,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ._jsonform import check_type
 from ._report import ChildOutcome
@@ -13,6 +15,7 @@ from ._trace import TraceEvent, TraceKind
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # One colour per way of ending; a child still running at the end of the trace
 # is grey.
@@ -36,6 +39,11 @@ LABEL_SIZE = 7.0
 CHAR_WIDTH = 0.62 * LABEL_SIZE  # points
 LANE_HEIGHT = 1.6 * LABEL_SIZE  # points
 GAP = 3.0  # points
+MARGIN = 0.1  # inches of white around what a figure of ours holds
+
+_NEEDS_MATPLOTLIB = (
+    'plotting a timeline needs matplotlib: pip install "trio-graceful[plot]"'
+)
 
 
 def vertical_lines(
@@ -70,24 +78,94 @@ def vertical_lines(
 def draw_timeline(
     events: Sequence[TraceEvent], *, ax: Axes | None, title: str | None
 ) -> Axes:
-    """Draw ``events`` (not empty) as a timeline; see `plot_timeline`."""
+    """Draw ``events`` (not empty) as a timeline; see `plot_timeline`.
+
+    Without ``ax``, on a new pyplot figure (shown by Jupyter and
+    ``plt.show()``), sized to hold everything drawn.
+    """
     try:
         import matplotlib.pyplot as plt
         from matplotlib.axes import Axes
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
     except ImportError as exc:  # pragma: no cover - the extra is installed in CI
-        raise ImportError(
-            'plot_timeline needs matplotlib: pip install "trio-graceful[plot]"'
-        ) from exc
+        raise ImportError(_NEEDS_MATPLOTLIB) from exc
     check_type("ax", ax, (Axes, type(None)), "a matplotlib Axes or None")
+    if ax is not None:
+        _draw(events, ax, title=title, created=False)
+        return ax
+    _, ax = plt.subplots(figsize=_first_size(events))
+    _draw(events, ax, title=title, created=True)
+    return ax
+
+
+def timeline_figure(events: Sequence[TraceEvent], *, title: str | None) -> Figure:
+    """Draw ``events`` (not empty) on a new figure that pyplot does not keep.
+
+    Nothing needs closing, and no GUI backend is involved; the figure is
+    sized to hold everything drawn.
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # pragma: no cover - the extra is installed in CI
+        raise ImportError(_NEEDS_MATPLOTLIB) from exc
+    figure = Figure(figsize=_first_size(events))
+    _draw(events, figure.subplots(), title=title, created=True)
+    return figure
+
+
+def save_figure(
+    figure: Figure,
+    file: str | os.PathLike[str] | IO[bytes],
+    *,
+    dpi: float,
+    format: str | None,
+) -> None:
+    """Save ``figure``, through an Any: matplotlib leaves savefig's keywords untyped."""
+    draw: Any = figure
+    draw.savefig(file, dpi=dpi, format=format)
+
+
+def _first_size(events: Sequence[TraceEvent]) -> tuple[float, float]:
+    """Width and height in inches of a new figure, before it is fitted."""
+    return (10, 1.2 + 0.35 * max(len(rows(events)), 1))
+
+
+def _fit(figure: Any, ax: Any) -> None:
+    """Size ``figure`` to what it holds, plus `MARGIN`, keeping the axes' size.
+
+    The labels above the axes were placed from the axes' width in points;
+    the axes keep their size in inches, so the placement still holds. Once
+    fitted, a plain ``savefig`` cuts off nothing (the title, the lanes of
+    labels, the legend on the right, the row names, the x label).
+    """
+    width, height = figure.get_size_inches()
+    position = ax.get_position()
+    with warnings.catch_warnings():
+        # measuring draws the text: a glyph missing from the font is for
+        # matplotlib to warn about when the figure is shown or saved, once
+        warnings.simplefilter("ignore", UserWarning)
+        holds = figure.get_tightbbox()  # inches, with a renderer of its canvas
+    figure.set_size_inches(holds.width + 2 * MARGIN, holds.height + 2 * MARGIN)
+    new_width, new_height = figure.get_size_inches()
+    ax.set_position(
+        (
+            (position.x0 * width - holds.x0 + MARGIN) / new_width,
+            (position.y0 * height - holds.y0 + MARGIN) / new_height,
+            position.width * width / new_width,
+            position.height * height / new_height,
+        )
+    )
+
+
+def _draw(
+    events: Sequence[TraceEvent], ax: Axes, *, title: str | None, created: bool
+) -> None:
+    """Draw the timeline on ``ax``; if its figure is ours, fit the figure to it."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     t0 = events[0].time
     t_end = events[-1].time - t0
     timeline = rows(events)
-    created = ax is None
-    if ax is None:
-        _, ax = plt.subplots(figsize=(10, 1.2 + 0.35 * max(len(timeline), 1)))
     # matplotlib's own annotations are incomplete; draw through an Any.
     draw: Any = ax
 
@@ -139,7 +217,8 @@ def draw_timeline(
     )
     if title is not None:
         draw.set_title(title, pad=6 + lanes * LANE_HEIGHT)
-    return ax
+    if created:
+        _fit(draw.figure, draw)
 
 
 def _label_lines(

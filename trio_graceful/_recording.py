@@ -1,7 +1,8 @@
 """Recordings of trace events: keep them, plot them, export them.
 
 `record_trace` keeps the events of a Trio run in a `Trace`, which can draw
-itself (`Trace.plot`, `plot_timeline`), write itself as JSON and read itself
+itself (`Trace.plot`, `plot_timeline`) or save its drawing
+(`Trace.save_plot`, `save_timeline`), write itself as JSON and read itself
 back (`Trace.to_json`, `Trace.from_json`), and export itself in the Chrome
 trace-event format (`Trace.to_chrome_trace`).
 
@@ -14,10 +15,11 @@ placed so that the start of the recording is the real moment it started.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 
@@ -31,12 +33,13 @@ from ._jsonform import (
     load_json_object,
     optional_float_from_json,
 )
-from ._plot import draw_timeline
+from ._plot import draw_timeline, save_figure, timeline_figure
 from ._trace import TraceEvent, TraceKind, add_trace_hook, remove_trace_hook
 from ._util import check_name
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 @attrs.define
@@ -83,6 +86,26 @@ class Trace:
         if not self.events:
             raise ValueError("the trace holds no events to plot")
         return draw_timeline(self.events, ax=ax, title=title)
+
+    def save_plot(
+        self,
+        file: str | os.PathLike[str] | IO[bytes],
+        *,
+        title: str | None = None,
+        dpi: float = 100,
+        format: str | None = None,
+    ) -> Figure:
+        """Draw the trace as a timeline and save it; see `save_timeline`."""
+        check_name(title, argument="title")
+        check_type("dpi", dpi, (int, float), "a number of dots per inch")
+        if not 10 <= dpi < math.inf:  # fewer dots: fonts fail to render
+            raise ValueError(f"dpi must be >= 10 and finite, not {dpi!r}")
+        check_name(format, argument="format")
+        if not self.events:
+            raise ValueError("the trace holds no events to plot")
+        figure = timeline_figure(self.events, title=title)
+        save_figure(figure, file, dpi=dpi, format=format)
+        return figure
 
     def as_dict(self) -> dict[str, Any]:
         """Return the trace as a dictionary of JSON values.
@@ -199,6 +222,48 @@ def plot_timeline(
     """
     check_type("trace", trace, (Trace,), "a Trace from record_trace()")
     return trace.plot(ax=ax, title=title)
+
+
+def save_timeline(
+    trace: Trace,
+    file: str | os.PathLike[str] | IO[bytes],
+    *,
+    title: str | None = None,
+    dpi: float = 100,
+    format: str | None = None,
+) -> Figure:
+    """Draw a recorded shutdown as a timeline and save it to ``file``.
+
+    The drawing is `plot_timeline`'s, on a new figure sized to what it
+    holds: nothing is cut off, not the title, the lanes of line labels
+    above the plot, the legend on its right, the row names or the x label.
+    pyplot does not keep the figure, so nothing needs closing and no
+    display is needed; ``trace.save_plot(file)`` does the same.
+
+    Args:
+        trace (Trace): A recording from `record_trace`.
+        file (str, os.PathLike or typing.IO[bytes]): Where to save: a path, whose
+            extension gives the format (``.png``, ``.svg``, ``.pdf``...), or
+            a file opened for writing bytes.
+        title (str or None): The plot's title.
+        dpi (float): Dots per inch of a raster image.
+        format (str or None): The format, if not the path's extension (PNG
+            for a file object).
+
+    Returns:
+        matplotlib.figure.Figure: The figure saved.
+
+    Raises:
+        ImportError: if matplotlib is not installed (install the ``plot``
+            extra: ``pip install "trio-graceful[plot]"``).
+        TypeError: if ``trace`` is not a `Trace`, ``title`` or ``format`` not
+            a string, or ``dpi`` not a number.
+        ValueError: if the trace holds no events, or ``dpi`` is less than
+            10 or not finite; matplotlib's own errors for a format it
+            does not know.
+    """
+    check_type("trace", trace, (Trace,), "a Trace from record_trace()")
+    return trace.save_plot(file, title=title, dpi=dpi, format=format)
 
 
 @contextmanager
