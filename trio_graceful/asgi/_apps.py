@@ -8,8 +8,8 @@ and path (``GET /work``), so that the progress lines, the shutdown report,
 traces and the watchdog's dump of a stuck program name it; the helpers run
 in a plain nursery beside it.
 
-At the cut-off the connection cancels the bundle's scope. A request task
-that was cut off then ends what its app left open (`Exchange.finish`)
+At the cut-off (`AppTasks.cut`) the bundle's children are hard-cancelled. A
+request task that was cut off then ends what its app left open (`Exchange.finish`)
 before it unwinds: that takes a few writes, so it runs shielded, but never
 past the hard deadline nor for longer than `FINISH_BUDGET`. A request that
 cannot be cancelled (a thread that cannot be abandoned) has its response
