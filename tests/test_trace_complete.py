@@ -11,6 +11,7 @@ from trio_graceful import (
     open_bundle,
     record_trace,
 )
+from trio_graceful._timeline import rows
 
 
 async def test_a_hook_added_late_sees_every_child_of_a_hard_cancelled_bundle(
@@ -72,3 +73,23 @@ async def test_live_namesakes_keep_distinct_paths_whoever_asks_first(autojump_cl
         (TraceKind.CHILD_ENDED, "pool/worker#2"),
         (TraceKind.CHILD_ENDED, "pool/worker"),
     ]
+
+
+async def test_a_path_taken_again_later_is_a_row_of_its_own(autojump_clock):
+    # a connection serving requests one after another, all "GET /work"
+    with record_trace() as trace:
+        async with open_bundle(name="conn") as conn:
+            for seconds in (2, 3):
+                conn.start_soon(trio.sleep, seconds, name="GET /work")
+                await trio.sleep(seconds + 1)
+    paths = [e.task for e in trace.of_kind(TraceKind.CHILD_ENDED)]
+    assert paths == ["conn/GET /work", "conn/GET /work"]  # never alive together
+    t0 = trace.events[0].time
+    assert [
+        (row.name, row.start - t0, row.end - t0)
+        for row in rows(trace.events)
+        if row.start is not None and row.end is not None
+    ] == [("GET /work", 0, 2), ("GET /work (2)", 3, 6)]
+    chrome = trace.to_chrome_trace(pid=1)["traceEvents"]
+    lives = [(e["name"], e["tid"]) for e in chrome if e["ph"] == "X"]
+    assert lives == [("GET /work", 1), ("GET /work (2)", 1)]
