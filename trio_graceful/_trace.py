@@ -179,6 +179,9 @@ def _run_hooks() -> list[TraceHook]:
 def add_trace_hook(hook: TraceHook) -> None:
     """Call ``hook(event)`` for every `TraceEvent` in the current Trio run.
 
+    That includes the end of every child already running when the hook is
+    added, however its bundle ends.
+
     Hooks are called synchronously from the task where the event happens and
     must not block. A hook that raises is removed, and its error is logged to
     the ``trio_graceful`` logger. Not a checkpoint.
