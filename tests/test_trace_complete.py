@@ -8,7 +8,7 @@ from collections import Counter
 import attrs
 import trio
 import trio.testing
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from trio_graceful import (
     Bundle,
@@ -136,7 +136,9 @@ def _trees(depth: int = 2) -> st.SearchStrategy[Leaf | Inner]:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
+# two namesakes started before the hook, both ended by the hard cancel
+@example([Leaf("a", 0, None), Leaf("a", 0, None)], 1, None, 3)
 @given(
     st.lists(_trees(), min_size=1, max_size=4),
     st.integers(0, 8),
