@@ -409,7 +409,7 @@ class Bundle(metaclass=NoPublicConstructor):
         return self._watch_children().notes()
 
     def _name_task(self, task: trio.lowlevel.Task) -> str:
-        return self._watch_children().notes().name(task)
+        return self._watch_children().name(task)
 
     def _watch_children(self) -> ChildWatch:
         watch = self._watch

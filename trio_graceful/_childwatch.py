@@ -6,7 +6,9 @@ listens: a trace hook, a cancellation, or a child that left a note. A
 `ChildWatch` is that listener for one bundle: it traces the starts and the
 ends, hands each end to the bundle's cancellation (which may then be
 finished), and keeps what the live children said about themselves
-(``_childnotes``), forgotten as each one ends.
+(``_childnotes``) and the names their paths use (`TaskNames`), forgotten as
+each one ends. Once a path has been asked for here, every child is named as
+it starts, so that live namesakes never share a path.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import trio
 
 from ._cancellation import outcome_of
 from ._childnotes import ChildNotes
-from ._paths import task_path
+from ._paths import TaskNames, task_path
 from ._report import ChildOutcome
 from ._topology import ChildEvents, TwoLevelNursery
 from ._trace import TraceKind, emit, tracing
@@ -37,12 +39,14 @@ class ChildWatch:
         levels: Its two levels, which tell how a child ended.
     """
 
-    __slots__ = ("_bundle", "_levels", "_notes")
+    __slots__ = ("_bundle", "_levels", "_names", "_notes")
 
     def __init__(self, bundle: Bundle, levels: TwoLevelNursery) -> None:
         self._bundle = bundle
         self._levels = levels
         self._notes: ChildNotes | None = None
+        # The names of the children in paths, from the first path asked for.
+        self._names: TaskNames | None = None
 
     def events(self) -> ChildEvents:
         """The callbacks to give the two levels."""
@@ -56,8 +60,25 @@ class ChildWatch:
             self._notes = ChildNotes()
         return self._notes
 
+    def name(self, task: trio.lowlevel.Task) -> str:
+        """Return the name of ``task`` in paths, the same for as long as it lives.
+
+        The first call names the children already running, in the order they
+        started; from then on each child is named as it starts.
+        """
+        names = self._names
+        if names is None:
+            names = self._names = TaskNames.of_running(self._levels.inner.child_tasks)
+        inner = self._levels.inner
+        return names.name(
+            task,
+            child=task.parent_nursery is inner or task.eventual_parent_nursery is inner,
+        )
+
     def _started(self, task: trio.lowlevel.Task) -> None:
-        """Trace a child as it first runs, or as it reports itself ready."""
+        """Name and trace a child as it first runs, or as it reports itself ready."""
+        if self._names is not None:
+            self._names.name(task)
         if tracing.active:
             bundle = self._bundle
             emit(TraceKind.CHILD_STARTED, bundle.path, task_path(task, bundle))
@@ -95,4 +116,6 @@ class ChildWatch:
         self, task: trio.lowlevel.Task
     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         # (abandoned, notes) of the child that ended
+        if self._names is not None:
+            self._names.release(task)
         return ((), ()) if self._notes is None else self._notes.forget(task)

@@ -38,8 +38,13 @@ def chrome_trace(
         return (time + offset) * 1e6
 
     timeline = rows(events)
-    tids = {row.path: n for n, row in enumerate(timeline, 1)}
-    names = {row.path: row.name for row in timeline}
+    # One thread per path: the tasks that had it in turn are slices on it.
+    tids: dict[str, int] = {}
+    names: dict[str, str] = {}
+    for row in timeline:
+        if row.path not in tids:
+            tids[row.path] = len(tids) + 1
+            names[row.path] = row.name
     for event in events:
         if event.task is not None and event.task not in tids:
             tids[event.task] = len(tids) + 1

@@ -13,20 +13,31 @@ worked out only when something asks for one, and cached on the bundle:
 * one opened by a task that runs inside ``root`` is ``root/<task>/name``;
 * any other bundle is just ``name``.
 
-A task's path is ``<bundle path>/<task name>``. Tasks of one bundle that share
-a name and are alive at the same time are told apart as ``handler``,
-``handler#2``, ``handler#3``... in the order their paths were first asked for.
-A bundle keeps a name only while a task that holds it is alive, so that a
-server's connection bundle does not grow with every connection it served.
+A task's path is ``<bundle path>/<task name>``. Children of one bundle that
+share a name and are alive at the same time are told apart as ``handler``,
+``handler#2``, ``handler#3``... in the order they started. A bundle names its
+children only once something asks for a path there: it then names the
+children already running, in the order Trio created them, and from then on
+each child as it starts, so that a name never goes to two live children and
+never changes. A name is held only while its child is alive, so that a
+server's connection bundle does not grow with every connection it served; a
+later child may take a name again once its last holder has ended.
+
+When a trace hook is added to a run that had none, every open bundle starts
+listening to its children (`on_first_hook`), so that the ends of children
+started before the hook are traced too.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
+
+from ._trace import on_first_hook
 
 if TYPE_CHECKING:
     from ._bundle import Bundle
@@ -49,6 +60,11 @@ class _OpenBundles:
         factory=weakref.WeakKeyDictionary["trio.lowlevel.Task", str]
     )
 
+    def watch_all(self) -> None:
+        """Make every open bundle listen to its children (a hook was added)."""
+        for bundle in self.by_nursery.values():
+            bundle._watch_children()  # pyright: ignore[reportPrivateUsage]
+
 
 _open_bundles: trio.lowlevel.RunVar[_OpenBundles] = trio.lowlevel.RunVar(
     "trio_graceful open bundles"
@@ -61,6 +77,7 @@ def _registry() -> _OpenBundles:
     except LookupError:
         registry = _OpenBundles()
         _open_bundles.set(registry)
+        on_first_hook(registry.watch_all)
         return registry
 
 
@@ -184,36 +201,59 @@ def bundle_path(opener: trio.lowlevel.Task, name: str, parent: Bundle | None) ->
     return f"{task_path(opener)}/{name}"
 
 
+def _creation_order(task: trio.lowlevel.Task) -> int:
+    # Trio numbers its tasks as it creates them, and sorts by that number
+    # itself; without it, namesakes are still told apart, in no set order.
+    order: object = getattr(task, "_counter", 0)
+    return order if isinstance(order, int) else 0
+
+
 @attrs.define(eq=False, slots=True)
 class TaskNames:
-    """The task names a bundle has handed out to tasks still alive.
+    """The names one bundle's live children go by in paths.
 
-    ``{name: [highest number given, tasks holding the name]}``. The entry goes
-    when its last holder ends, so the table is as large as the live tasks.
+    ``_taken`` is ``{name: [highest number given, holders alive]}`` and
+    ``_held`` the name of each live child that has one; both lose an entry as
+    children end, so they are as large as the live children. Tasks further
+    down (in a plain nursery below a child) are named here too, but hold no
+    entry in ``_held``: their ends are not reported, so their names stay taken.
     """
 
     _taken: dict[str, list[int]] = attrs.field(factory=dict[str, "list[int]"])
+    _held: dict[trio.lowlevel.Task, str] = attrs.field(
+        factory=dict["trio.lowlevel.Task", str]
+    )
 
-    def take(self, task: trio.lowlevel.Task) -> str:
-        """Return a name for ``task`` that no other live task here has."""
+    @classmethod
+    def of_running(cls, children: Iterable[trio.lowlevel.Task]) -> TaskNames:
+        """Name ``children``, already running, in the order they started."""
+        names = cls()
+        for child in sorted(children, key=_creation_order):
+            names.name(child)
+        return names
+
+    def name(self, task: trio.lowlevel.Task, *, child: bool = True) -> str:
+        """Return the name of ``task``, giving it one no live namesake has."""
+        held = self._held.get(task)
+        if held is not None:
+            return held
         name = task.name
         entry = self._taken.get(name)
         if entry is None:
             self._taken[name] = [1, 1]
-            return name
-        entry[0] += 1
-        entry[1] += 1
-        return f"{name}#{entry[0]}"
+        else:
+            entry[0] += 1
+            entry[1] += 1
+            name = f"{name}#{entry[0]}"
+        if child:
+            self._held[task] = name
+        return name
 
     def release(self, task: trio.lowlevel.Task) -> None:
-        """Give back the name of ``task``, which has ended, if it took one."""
-        if task not in _registry().task_paths:
+        """Give back the name of the child ``task``, which has ended."""
+        if self._held.pop(task, None) is None:
             return
-        entry = self._taken.get(task.name)
-        if entry is not None:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del self._taken[task.name]
-
-    def __bool__(self) -> bool:
-        return bool(self._taken)
+        entry = self._taken[task.name]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._taken[task.name]

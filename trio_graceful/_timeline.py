@@ -7,6 +7,11 @@ function's own name (``handle_client``). A private function
 (``trio._highlevel_serve_listeners._run_handler``) is a library's wrapper
 around what the user passed, not something the user named: such a row is
 named after the bundle it runs in and its number there (``connections #2``).
+
+A path names one live task, but a later task may have it again once the first
+has ended (a connection's requests, one after another, all ``GET /work``).
+Each life is a row of its own: the second is ``GET /work (2)``, numbered in
+the order the lives started within the trace.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ class Row:
     end: float | None = None
     outcome: ChildOutcome | None = None
     stop_received: list[float] = attrs.field(factory=list[float])
+    life: int = 1
+    """Which task of this path the row is, in the order they started."""
 
     @property
     def name(self) -> str:
         """What to call the row; see the module's docstring."""
-        return row_name(self.path, self.bundle)
+        name = row_name(self.path, self.bundle)
+        return name if self.life == 1 else f"{name} ({self.life})"
 
     @property
     def depth(self) -> int:
@@ -80,23 +88,38 @@ def rows(events: Iterable[TraceEvent]) -> list[Row]:
     A bundle's children stay together, under the task that owns the bundle,
     and namesakes are in number order (``handler#9`` before ``handler#10``).
     """
-    found: dict[str, Row] = {}
+    found: list[Row] = []
+    # The row of each path's latest task.
+    latest: dict[str, Row] = {}
     for event in events:
-        if event.task is None:
+        task = event.task
+        if task is None:
             continue
+        row = latest.get(task)
         if event.kind is TraceKind.CHILD_STARTED:
-            row = found.setdefault(event.task, Row(event.task))
+            if row is None or row.end is not None:
+                row = _new_row(found, latest, task, row)
             row.start, row.bundle = event.time, event.bundle
         elif event.kind is TraceKind.CHILD_ENDED:
-            row = found.setdefault(event.task, Row(event.task))
+            if row is None or row.end is not None:
+                row = _new_row(found, latest, task, row)
             row.end, row.outcome, row.bundle = event.time, event.outcome, event.bundle
         elif event.kind is TraceKind.STOP_RECEIVED:
-            found.setdefault(event.task, Row(event.task)).stop_received.append(
-                event.time
-            )
+            if row is None:
+                row = _new_row(found, latest, task, row)
+            row.stop_received.append(event.time)
     return sorted(
-        found.values(), key=lambda row: list(map(_split_number, row.path.split("/")))
+        found,
+        key=lambda row: (list(map(_split_number, row.path.split("/"))), row.life),
     )
+
+
+def _new_row(
+    found: list[Row], latest: dict[str, Row], path: str, previous: Row | None
+) -> Row:
+    row = latest[path] = Row(path, life=1 if previous is None else previous.life + 1)
+    found.append(row)
+    return row
 
 
 @attrs.frozen

@@ -142,6 +142,9 @@ TraceHook = Callable[[TraceEvent], object]
 _hooks: trio.lowlevel.RunVar[list[TraceHook]] = trio.lowlevel.RunVar(
     "trio_graceful hooks"
 )
+_on_first_hook: trio.lowlevel.RunVar[Callable[[], object]] = trio.lowlevel.RunVar(
+    "trio_graceful first hook"
+)
 
 
 @attrs.define
@@ -176,6 +179,9 @@ def _run_hooks() -> list[TraceHook]:
 def add_trace_hook(hook: TraceHook) -> None:
     """Call ``hook(event)`` for every `TraceEvent` in the current Trio run.
 
+    That includes the end of every child already running when the hook is
+    added, however its bundle ends.
+
     Hooks are called synchronously from the task where the event happens and
     must not block. A hook that raises is removed, and its error is logged to
     the ``trio_graceful`` logger. Not a checkpoint.
@@ -185,8 +191,26 @@ def add_trace_hook(hook: TraceHook) -> None:
         RuntimeError: if called outside a Trio run.
     """
     _check_hook(hook)
-    _run_hooks().append(hook)
+    hooks = _run_hooks()
+    first = not hooks
+    hooks.append(hook)
     tracing.change(+1)
+    if first:
+        try:
+            begin = _on_first_hook.get()
+        except LookupError:
+            return
+        begin()
+
+
+def on_first_hook(callback: Callable[[], object]) -> None:
+    """Call ``callback()`` each time the current run goes from no hook to one.
+
+    The bundles listen to their children only while a hook might want to hear
+    of them; this tells them to listen to the children already running, so
+    that a hook added late still sees every end. One callback per run.
+    """
+    _on_first_hook.set(callback)
 
 
 def _check_hook(hook: object) -> None:
