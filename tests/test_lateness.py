@@ -13,7 +13,13 @@ import time
 
 import pytest
 
-from trio_graceful._lateness import Lateness
+from trio_graceful._lateness import WALL_STEP, Lateness
+from trio_graceful._watchdog import (
+    BUSY_ALLOWANCE,
+    IDLE_ALLOWANCE,
+    _Overdue,  # pyright: ignore[reportPrivateUsage]
+    _TrioIdle,  # pyright: ignore[reportPrivateUsage]
+)
 
 pytestmark = pytest.mark.realtime
 
@@ -32,9 +38,25 @@ def test_a_blocked_thread_uses_its_allowance_in_wall_time():
         lateness = watch(blocked)
         assert lateness.update() == 0  # the first look only starts the count
         started = time.monotonic()
-        time.sleep(0.2)
-        used = lateness.update()
+        for _ in range(10):
+            time.sleep(0.02)
+            used = lateness.update()
         assert 0.2 <= used <= time.monotonic() - started
+    finally:
+        release.set()
+        blocked.join()
+
+
+def test_a_long_gap_between_looks_counts_one_step():
+    # The looker was the one kept waiting (for a CPU, on a loaded machine).
+    release = threading.Event()
+    blocked = threading.Thread(target=release.wait)
+    blocked.start()
+    try:
+        lateness = watch(blocked)
+        lateness.update()
+        time.sleep(0.3)
+        assert lateness.update() == WALL_STEP
     finally:
         release.set()
         blocked.join()
@@ -81,3 +103,47 @@ def test_a_thread_that_has_ended_counts_wall_time():
     lateness.update()
     time.sleep(0.05)
     assert lateness.update() >= 0.05
+
+
+def idle_thread() -> tuple[Lateness, _TrioIdle, threading.Event]:
+    release = threading.Event()
+    blocked = threading.Thread(target=release.wait, daemon=True)
+    blocked.start()
+    return watch(blocked), _TrioIdle(), release
+
+
+def test_one_idle_wait_past_the_deadline_spends_the_allowance():
+    lateness, trio_idle, release = idle_thread()
+    overdue = _Overdue(lateness, trio_idle)
+    trio_idle.before_io_wait(86_400)
+    started = time.monotonic()
+    while not overdue.spent():
+        time.sleep(0.01)
+    release.set()
+    assert IDLE_ALLOWANCE <= time.monotonic() - started < BUSY_ALLOWANCE
+
+
+def test_waits_that_end_between_looks_are_not_idleness():
+    # As at the end of every run: a wait that a pending wake-up ends at once.
+    # The thread is blocked all along, so only the busy allowance runs out.
+    lateness, trio_idle, release = idle_thread()
+    overdue = _Overdue(lateness, trio_idle)
+    started = time.monotonic()
+    while True:
+        trio_idle.before_io_wait(86_400)
+        if overdue.spent():
+            break
+        trio_idle.after_io_wait(0)
+        time.sleep(0.01)
+    release.set()
+    assert time.monotonic() - started >= BUSY_ALLOWANCE
+
+
+def test_a_wait_with_a_zero_timeout_is_not_idle():
+    trio_idle = _TrioIdle()
+    trio_idle.before_io_wait(0)
+    assert trio_idle.wait == 0
+    trio_idle.before_io_wait(0.5)
+    assert trio_idle.wait == 1
+    trio_idle.after_io_wait(0.5)
+    assert trio_idle.wait == 0

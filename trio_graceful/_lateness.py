@@ -10,7 +10,9 @@ has not been given a second. `Lateness` counts
   a loop uses its allowance, a thread waiting for a CPU, or reading a module
   from a disk that other processes keep busy, does not;
 * wall time while it cannot run and did not run (blocked in a call that
-  does not return): that is the stuck thread the allowance is for.
+  does not return): that is the stuck thread the allowance is for. At most
+  `WALL_STEP` is counted between two calls: a longer gap means the caller
+  itself waited for a CPU, which says nothing of the thread.
 
 Where the thread's CPU clock or its ``/proc`` entry is not available (not
 Linux), every second of wall time counts, as before.
@@ -23,6 +25,9 @@ from typing import Final, final
 
 # CPU seconds in an interval that show the thread ran in it.
 _RAN: Final = 0.0005
+
+WALL_STEP: Final = 0.1
+"""The most wall time counted between two calls of `Lateness.update`."""
 
 
 def _cpu_clock(ident: int) -> int | None:
@@ -61,7 +66,7 @@ class Lateness:
             if ran is not None and (ran > _RAN or self._can_run()):
                 self.used += max(0.0, ran)
             else:
-                self.used += wall - last_wall
+                self.used += min(wall - last_wall, WALL_STEP)
         self._last = (wall, cpu)
         return self.used
 

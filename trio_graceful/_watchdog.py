@@ -6,11 +6,14 @@ until a deadline. It ends the process with ``os._exit`` when
 * the deadline passes: it is armed for ``grace + unwind budget`` when a
   shutdown begins and for ``unwind budget`` when the shutdown is forced (a
   hard cancel has to unwind within that budget), always keeping the earliest.
-  If the Trio thread is waiting with nothing to run (an instrument tells),
-  waiting longer is pointless and it exits at once; if the Trio thread is
-  busy (unwinding, or stuck in a blocking call or a loop) it gets up to
-  `BUSY_ALLOWANCE` more, counted by ``_lateness`` (time spent waiting for a
-  CPU on a loaded machine does not count, up to `STARVED_LIMIT`). So a
+  If the Trio thread is busy (unwinding, or stuck in a blocking call or a
+  loop) it gets up to `BUSY_ALLOWANCE` more, counted by ``_lateness`` (time
+  spent waiting for a CPU on a loaded machine does not count, up to
+  `STARVED_LIMIT`). If it waits with nothing to run (an instrument tells),
+  waiting longer is pointless: one wait that lasts `IDLE_ALLOWANCE`, counted
+  the same way, ends it. A wait that a pending wake-up ends at once (Trio
+  waits so at the very end of every run) does not: the thread returns
+  before it has waited that long, however loaded the machine. So a
   program with nothing left to unwind is never killed by a zero budget
   because its last steps took a few milliseconds;
 * the signal count reaches a step of `ESCALATION` that exits (the third
@@ -71,6 +74,9 @@ REPORT_TIMEOUT: Final = 1.0
 BUSY_ALLOWANCE: Final = 1.0
 """Seconds past its deadline the watchdog gives a Trio thread that is busy."""
 
+IDLE_ALLOWANCE: Final = 0.05
+"""Seconds past its deadline that one idle wait of the Trio thread may last."""
+
 STARVED_LIMIT: Final = 30.0
 """Seconds past its deadline after which the watchdog exits whatever the thread does."""
 
@@ -89,13 +95,45 @@ class _TrioIdle(trio.abc.Instrument):
     """Knows whether the Trio thread waits for I/O or time with nothing to run."""
 
     def __init__(self) -> None:
-        self.idle = False  # a plain bool: written by one thread, read by another
+        # Plain ints: written by the Trio thread, read by the watchdog's.
+        self.wait = 0
+        """The number of the idle wait under way, 0 while the thread runs."""
+        self._waits = 0
 
     def before_io_wait(self, timeout: float) -> None:
-        self.idle = timeout > 0
+        if timeout > 0:
+            self._waits += 1
+            self.wait = self._waits
 
     def after_io_wait(self, timeout: float) -> None:
-        self.idle = False
+        self.wait = 0
+
+
+class _Overdue:
+    """How much more time a Trio thread past its deadline has used, and how."""
+
+    def __init__(self, lateness: Lateness, trio_idle: _TrioIdle) -> None:
+        self._lateness = lateness
+        self._trio = trio_idle
+        self._used = 0.0
+        self._wait = 0
+        self._idle = 0.0
+        self.remaining = BUSY_ALLOWANCE
+        """Seconds left of the allowance, as of the last `spent` call."""
+
+    def spent(self) -> bool:
+        """Whether the thread has used its allowance, busy or idle."""
+        used = self._lateness.update()
+        wait = self._trio.wait
+        # Only one wait seen at both ends of an interval counts as idle: a
+        # wait begun and ended between two looks was not one to end.
+        if wait and wait == self._wait:
+            self._idle += used - self._used
+        else:
+            self._idle = 0.0
+        self._used, self._wait = used, wait
+        self.remaining = min(BUSY_ALLOWANCE - used, IDLE_ALLOWANCE - self._idle)
+        return self.remaining <= 0
 
 
 class Watchdog:
@@ -253,6 +291,7 @@ class Watchdog:
             os.write(self._write_fd, _WAKE)
 
     def _watch(self) -> None:
+        overdue: _Overdue | None = None
         while True:
             with self._lock:
                 if self._stopping:
@@ -262,19 +301,15 @@ class Watchdog:
             if deadline != math.inf:
                 timeout = min(timeout, deadline - time.monotonic())
                 if timeout <= 0:
-                    overdue = -timeout
-                    used = self._lateness.update()
-                    if (
-                        self._trio.idle
-                        or used >= BUSY_ALLOWANCE
-                        or overdue >= STARVED_LIMIT
-                    ):
+                    if overdue is None:
+                        overdue = _Overdue(self._lateness, self._trio)
+                    if overdue.spent() or -timeout >= STARVED_LIMIT:
                         # The run may have ended (stop() joins this thread)
                         # while this thread waited for a CPU.
                         if self._stop_requested():
                             return
                         self.emergency(reason)
-                    timeout = min(_BUSY_POLL, BUSY_ALLOWANCE - used)
+                    timeout = min(_BUSY_POLL, overdue.remaining)
             readable, _, _ = select.select([self._read_fd], [], [], timeout)
             if not readable:
                 continue
