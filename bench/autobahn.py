@@ -106,7 +106,7 @@ CLEAN_CLOSE = {"OK", "INFORMATIONAL", "UNIMPLEMENTED"}
 
 NO_PYTHON2 = 77
 """The exit status when no Python 2.7 is found (77 means "skipped" to
-automake's test drivers, as it does to tests/test_autobahn.py)."""
+automake's test drivers, as it does to tests/examples/test_autobahn.py)."""
 SERVER_START_TIMEOUT = 30.0
 SUITE_TIMEOUT = 900.0
 """Seconds the cases may take in all: a bound against hangs (about 20 s here)."""

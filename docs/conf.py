@@ -94,7 +94,7 @@ nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
     # Type variables in the signatures (T, U, R, PosArgT): they stand for the
     # caller's types and have no entry of their own to link to.
-    (r"py:class", r"(trio_graceful(\.jobs|\.asgi)?\._\w+\.)?(T|U|R|PosArgT|P)"),
+    (r"py:class", r"(trio_graceful(\.\w+)?\._\w+\.)?(T|U|R|PosArgT|P)"),
     # Trace.plot's matplotlib Axes and Figure, imported only for type checkers (the
     # plot extra is optional), so autodoc sees the bare name.
     (r"py:class", r"Axes|Figure"),

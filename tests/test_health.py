@@ -20,13 +20,13 @@ import trio
 import trio.testing
 
 import trio_graceful
-from trio_graceful._health import (
+from trio_graceful._deploy._health import (
     REPORT_INTERVAL,
     HealthAnswer,
     HealthEndpoint,
     HealthStatistics,
 )
-from trio_graceful._healthserve import open_health_listeners, serve_health
+from trio_graceful._deploy._healthserve import open_health_listeners, serve_health
 
 TEXT = "text/plain; charset=utf-8"
 

@@ -13,8 +13,8 @@ import trio
 import trio.testing
 
 from trio_graceful import STOP, open_bundle, open_inbox
-from trio_graceful._inboxstate import InboxState
-from trio_graceful._stopposition import (
+from trio_graceful._core._inboxstate import InboxState
+from trio_graceful._core._stopposition import (
     INITIAL_POSITION,
     REQUESTED,
     TRANSITIONS,

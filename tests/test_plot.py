@@ -23,8 +23,8 @@ from trio_graceful import (
     record_trace,
     save_timeline,
 )
-from trio_graceful._plot import LANE_HEIGHT
-from trio_graceful._timeline import Row, place_labels, row_name, rows
+from trio_graceful._observe._plot import LANE_HEIGHT
+from trio_graceful._observe._timeline import Row, place_labels, row_name, rows
 
 from .examples_loader import EXAMPLES, load_example
 

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from trio_graceful import ExitCodes
-from trio_graceful._escalation import ESCALATION, Escalation, Observer, Step
-from trio_graceful._exitcodes import Ending, exit_status
-from trio_graceful._gcdeferral import NO_FULL_COLLECTIONS, GcHold
-from trio_graceful._stages import (
+from trio_graceful._run._escalation import ESCALATION, Escalation, Observer, Step
+from trio_graceful._run._exitcodes import Ending, exit_status
+from trio_graceful._run._gcdeferral import NO_FULL_COLLECTIONS, GcHold
+from trio_graceful._run._stages import (
     FORCED,
     ROOT_CLOSED,
     SHUTTING_DOWN,

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from trio_graceful._sdnotify import (
+from trio_graceful._deploy._sdnotify import (
     WATCHDOG_MIN_INTERVAL,
     SystemdNotifier,
     _open_socket,  # pyright: ignore[reportPrivateUsage]
@@ -454,7 +454,7 @@ def test_the_notifier_cannot_be_made_directly():
 
 
 CHILD = (
-    "from trio_graceful._sdnotify import notifier_from_environment as read\n"
+    "from trio_graceful._deploy._sdnotify import notifier_from_environment as read\n"
     "notifier = read()\n"
     "print(notifier.enabled, notifier.ready(status='child'))\n"
 )

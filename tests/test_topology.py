@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_graceful._topology import ChildEvents, open_two_level
+from trio_graceful._core._topology import ChildEvents, open_two_level
 
 from .helpers import capture, shape
 

@@ -20,7 +20,7 @@ from trio_graceful import (
     record_trace,
     remove_trace_hook,
 )
-from trio_graceful._timeline import rows
+from trio_graceful._observe._timeline import rows
 
 
 async def test_a_hook_added_late_sees_every_child_of_a_hard_cancelled_bundle(

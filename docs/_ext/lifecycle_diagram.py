@@ -1,6 +1,6 @@
 """Sphinx extension: the lifecycle's state diagram, drawn from its transition table.
 
-``.. lifecycle-diagram::`` renders `trio_graceful._lifecycle.TRANSITIONS` as
+``.. lifecycle-diagram::`` renders `trio_graceful._run._lifecycle.TRANSITIONS` as
 an inline SVG in HTML (and as a list of transitions in other formats), so the
 picture cannot drift from the code. The layout needs no Graphviz: states sit
 in a row, ordered by the longest path from the initial state (cycles cut);
@@ -13,7 +13,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from trio_graceful._lifecycle import INITIAL_STATE, TRANSITIONS, LifecycleState
+from trio_graceful._run._lifecycle import INITIAL_STATE, TRANSITIONS, LifecycleState
 
 if TYPE_CHECKING:
     from sphinx.application import Sphinx

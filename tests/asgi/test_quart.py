@@ -42,11 +42,10 @@ from websockets.sync.client import connect as websockets_connect
 
 import trio_graceful
 import trio_graceful.asgi
-
-from ..examples_loader import EXAMPLES, load_example
-from ..process_support import PATIENCE, LineReader, running
-from ..websocket_clients import open_wire_client
-from .support import Answer, RawClient, Served, serving
+from tests.asgi.support import Answer, RawClient, Served, serving
+from tests.examples.wire_clients import open_wire_client
+from tests.examples_loader import EXAMPLES, load_example
+from tests.process_support import PATIENCE, LineReader, running
 
 pytestmark = pytest.mark.realtime
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, cast
 
-from .._admission import AdmissionGate, BusyError, check_count
+from .._children._admission import AdmissionGate, BusyError, check_count
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -28,7 +28,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
 
-from .._bundle import Bundle
+from .._core._bundle import Bundle
 from ._exchange import Exchange, Progress
 
 if sys.version_info < (3, 11):  # pragma: no cover

@@ -34,7 +34,7 @@ import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.typing import ConnectionState, TaskGroup
 
-from .._openbundle import open_bundle
+from .._core._openbundle import open_bundle
 from ._apps import AppTasks
 from ._core import ServerCore
 from ._protocols import ServerProtocol

@@ -17,7 +17,7 @@ from hypercorn.config import Config
 from hypercorn.trio.worker_context import EventWrapper, TrioSingleTask
 from hypercorn.typing import AppWrapper, Event, SingleTask
 
-from .._threads import ThreadBudget
+from .._children._threads import ThreadBudget
 from ._stop import Drain
 
 if TYPE_CHECKING:

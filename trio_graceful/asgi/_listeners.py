@@ -10,7 +10,7 @@ from typing import cast
 import trio
 from hypercorn.config import Config, Sockets
 
-from .._bundle import Bundle
+from .._core._bundle import Bundle
 from ._connection import Connection
 from ._core import ServerCore
 

@@ -29,12 +29,12 @@ from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
 from hypercorn.typing import ASGIFramework
 
-from .._admission import check_count
-from .._inbox import InboxReceiver
-from .._openbundle import open_bundle
-from .._stop import STOP
-from .._threads import ThreadBudget, share_default_thread_limiter
-from .._util import NoPublicConstructor, check_seconds
+from .._children._admission import check_count
+from .._children._threads import ThreadBudget, share_default_thread_limiter
+from .._core._inbox import InboxReceiver
+from .._core._openbundle import open_bundle
+from .._core._stop import STOP
+from .._core._util import NoPublicConstructor, check_seconds
 from ._core import AsgiServerStatistics, ServerCore
 from ._lifespan import AppLifespan
 from ._listeners import accept, listen

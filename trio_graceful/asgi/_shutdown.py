@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import trio
 
-from .._bundle import Bundle
-from .._paths import current_bundle
+from .._core._bundle import Bundle
+from .._core._paths import current_bundle
 from ._core import ServerCore
 
 logger = logging.getLogger("trio_graceful.asgi")

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, TypeVar
 import attrs
 import trio
 
-from .._stop import STOP, StopType
-from .._threads import StopFlag, ThreadBudget
+from .._children._threads import StopFlag, ThreadBudget
+from .._core._stop import STOP, StopType
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar, cast
 
-from .._threads import StopFlag, call_in_thread
-from .._util import is_async_def
+from .._children._threads import StopFlag, call_in_thread
+from .._core._util import is_async_def
 from ._stop import current_drain
 
 P = ParamSpec("P")

@@ -16,9 +16,9 @@ from typing import Any, TypeVar, final
 import attrs
 import trio
 
-from .._bundle import Bundle
-from .._threads import StopFlag, ThreadBudget, run_in_thread
-from .._util import NoPublicConstructor
+from .._children._threads import StopFlag, ThreadBudget, run_in_thread
+from .._core._bundle import Bundle
+from .._core._util import NoPublicConstructor
 from ._records import JobRecord
 from ._store import check_timeout
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from .._statetable import describe_sources, legal_sources as table_sources
+from .._core._statetable import describe_sources, legal_sources as table_sources
 
 
 class JobState(enum.Enum):

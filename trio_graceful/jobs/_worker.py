@@ -32,12 +32,12 @@ from typing import Any, cast
 import attrs
 import trio
 
-from .._bundle import Bundle
-from .._inbox import InboxReceiver
-from .._openbundle import open_bundle
-from .._threads import ThreadBudget
-from .._trace import TraceKind, emit, tracing
-from .._util import check_seconds
+from .._children._threads import ThreadBudget
+from .._core._bundle import Bundle
+from .._core._inbox import InboxReceiver
+from .._core._openbundle import open_bundle
+from .._core._trace import TraceKind, emit, tracing
+from .._core._util import check_seconds
 from ._context import JobContext, JobStopped
 from ._records import JobRecord
 from ._sql import LostJobError

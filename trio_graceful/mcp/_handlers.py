@@ -25,7 +25,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
-from .._bundle import Bundle
+from .._core._bundle import Bundle
 from ._calls import describe_call
 
 

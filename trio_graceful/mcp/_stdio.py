@@ -40,13 +40,13 @@ from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCNotification, JSONRPCRequest, jsonrpc_message_adapter
 
-from .._cancellation import PROGRESS_INTERVAL
-from .._exitcodes import ExitCodes
-from .._inbox import InboxReceiver
-from .._runner import Runner, current_runner
-from .._stdin import StdinLines, open_stdin_lines
-from .._stop import STOP
-from .._topology import is_cancellation
+from .._children._stdin import StdinLines, open_stdin_lines
+from .._core._cancellation import PROGRESS_INTERVAL
+from .._core._inbox import InboxReceiver
+from .._core._stop import STOP
+from .._core._topology import is_cancellation
+from .._run._exitcodes import ExitCodes
+from .._run._runner import Runner, current_runner
 from ._calls import CallTable, describe_call
 from ._claim import claim_stdio
 from ._handlers import HandlersInBundle

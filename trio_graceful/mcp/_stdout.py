@@ -26,7 +26,7 @@ from typing import Final, final
 import attrs
 import trio
 
-from .._stdin import is_pollable
+from .._children._stdin import is_pollable
 
 # The most one write may carry and still never wait on a writable pipe.
 _CHUNK: Final = select.PIPE_BUF

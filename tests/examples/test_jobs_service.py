@@ -1,0 +1,381 @@
+"""examples/jobs_service.py as real processes on a real SQLite file.
+
+Workers are killed with SIGKILL and restarted, drained with SIGTERM, and
+run several at once on one file; the audit file (one line per step, per
+attempt, per worker) shows that no job ran on two workers at once and that
+resumed attempts continue from the saved progress. Waits poll the store
+with generous bounds; nothing asserts how fast a step ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.examples_loader import EXAMPLES
+from trio_graceful.jobs import JobEvent, JobRecord, JobState, open_store
+from trio_graceful.jobs._sql import SqlQueries
+
+pytestmark = pytest.mark.realtime
+
+EXAMPLE = EXAMPLES / "jobs_service.py"
+PATIENCE = 60.0  # seconds any wait may take on a loaded machine
+S = JobState
+
+
+class Service:
+    """A store file, an audit file, and the worker processes using them."""
+
+    def __init__(self, tmp_path: Path, url: str | None = None) -> None:
+        self.db = tmp_path / "jobs.db"
+        self.url = url or f"sqlite:///{self.db}"
+        self.audit = tmp_path / "audit.jsonl"
+        self.tmp_path = tmp_path
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.worker_ids: dict[subprocess.Popen[bytes], str] = {}
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(EXAMPLE), "--store", self.url, *args],
+            capture_output=True,
+            text=True,
+            timeout=PATIENCE,
+            check=False,
+        )
+
+    def submit(self, *args: str) -> str:
+        done = self.cli("submit", *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def start_worker(self, worker_id: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.tmp_path / f"{worker_id}.log").open("wb")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                str(EXAMPLE),
+                "--store",
+                self.url,
+                "worker",
+                "--worker-id",
+                worker_id,
+                "--audit",
+                str(self.audit),
+                *args,
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+        self.workers.append(process)
+        self.worker_ids[process] = worker_id
+        return process
+
+    def leases(self) -> dict[str, float]:
+        q = self.queries()
+        try:
+            return q.leases()
+        finally:
+            q.close()
+
+    def stop(self, process: subprocess.Popen[bytes]) -> int:
+        # A worker holds a lease once it runs, and so handles SIGTERM: a
+        # worker still importing would die of the signal's default action.
+        worker_id = self.worker_ids[process]
+        self.wait(f"worker {worker_id} to start", lambda: worker_id in self.leases())
+        process.send_signal(signal.SIGTERM)
+        return process.wait(timeout=PATIENCE)
+
+    def queries(self) -> SqlQueries:
+        """The store's queries, to read it (or play a worker) from the test."""
+        return open_store(self.url)._queries  # pyright: ignore[reportPrivateUsage]
+
+    def job(self, job_id: str) -> JobRecord:
+        q = self.queries()
+        try:
+            return q.get(job_id)
+        finally:
+            q.close()
+
+    def wait(self, what: str, condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + PATIENCE
+        while not condition():
+            assert time.monotonic() < deadline, f"still waiting for {what}"
+            time.sleep(0.05)
+
+    def wait_state(self, job_id: str, state: JobState) -> JobRecord:
+        self.wait(
+            f"job {job_id} to be {state.value}", lambda: self.job(job_id).state is state
+        )
+        return self.job(job_id)
+
+    def step(self, job_id: str) -> int:
+        return int((self.job(job_id).progress or {}).get("step", 0))
+
+    def audit_lines(self) -> list[dict[str, Any]]:
+        if not self.audit.exists():
+            return []
+        return [json.loads(line) for line in self.audit.read_text().splitlines()]
+
+
+def stop_all(s: Service) -> None:
+    for process in s.workers:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    s = Service(tmp_path)
+    yield s
+    stop_all(s)
+
+
+@pytest.fixture
+def any_service(tmp_path: Path, store_url: str) -> Iterator[Service]:
+    """A service on SQLite, then on PostgreSQL."""
+    s = Service(tmp_path, store_url)
+    yield s
+    stop_all(s)
+
+
+def attempts_of(
+    lines: list[dict[str, Any]], job_id: str
+) -> dict[int, list[dict[str, Any]]]:
+    """The audit lines of one job, by attempt, checking that attempts never overlap."""
+    by_attempt: dict[int, list[dict[str, Any]]] = {}
+    for line in lines:
+        if line["job"] == job_id:
+            by_attempt.setdefault(line["attempt"], []).append(line)
+    previous_end = -1.0
+    for attempt in sorted(by_attempt):
+        rows = by_attempt[attempt]
+        assert len({row["worker"] for row in rows}) == 1, rows
+        assert rows[0]["t"] > previous_end, f"attempt {attempt} overlaps the one before"
+        previous_end = rows[-1]["t"]
+    return by_attempt
+
+
+def test_sigkill_and_restart_loses_nothing(any_service: Service) -> None:
+    service = any_service
+    first = service.start_worker("A", "--lease", "1", "--cancel-grace", "600")
+    hard = service.submit("stubborn", "--steps", "100000", "--step-ms", "50")
+    service.wait_state(hard, S.RUNNING)
+    service.cli("cancel", hard)
+    service.wait_state(hard, S.CANCELLING)
+    # Killed after two of its 40 steps, with about 4 s of margin.
+    steps = service.submit("steps", "--steps", "40", "--step-ms", "100")
+    service.wait("two saved steps", lambda: service.step(steps) >= 2)
+    first.kill()
+    first.wait()
+    saved = service.step(steps)
+    assert service.job(steps).state is S.RUNNING
+    # A worker that died between timing_out and timed_out, as the store saw it.
+    ghost = service.submit("steps")
+    q = service.queries()
+    try:
+        q.claim("ghost", now=time.time(), lease=0.5, stale_after=None)
+        q.finish(
+            ghost,
+            JobEvent.TIME_OUT,
+            worker="ghost",
+            attempt=1,
+            now=time.time(),
+            reason="deadline",
+            changes={},
+        )
+    finally:
+        q.close()
+
+    second = service.start_worker("B", "--lease", "1")
+    assert service.wait_state(steps, S.COMPLETED).attempts == 2
+    assert service.wait_state(hard, S.CANCELLED).worker == "A"
+    assert service.wait_state(ghost, S.TIMED_OUT).worker == "ghost"
+    assert service.stop(second) == 0
+
+    runs = attempts_of(service.audit_lines(), steps)
+    assert sorted(runs) == [1, 2]
+    assert {row["worker"] for row in runs[1]} == {"A"}
+    assert {row["worker"] for row in runs[2]} == {"B"}
+    # Resumed after the last saved step; every step ran.
+    assert runs[2][0]["step"] == saved + 1
+    done = {row["step"] for rows in runs.values() for row in rows}
+    assert done == set(range(1, 41))
+    attempts_of(service.audit_lines(), hard)
+
+
+def test_several_workers_share_one_store(any_service: Service) -> None:
+    service = any_service
+    q = service.queries()
+    try:
+        ids = [
+            q.submit(
+                "steps",
+                {"steps": 3, "step_ms": 10},
+                timeout=None,
+                max_attempts=3,
+                now=time.time(),
+            )
+            for _ in range(16)
+        ]
+    finally:
+        q.close()
+    workers = [service.start_worker(f"W{i}", "--concurrency", "2") for i in range(3)]
+    for job_id in ids:
+        assert service.wait_state(job_id, S.COMPLETED).attempts == 1
+    assert [service.stop(w) for w in workers] == [0, 0, 0]
+    lines = service.audit_lines()
+    for job_id in ids:
+        runs = attempts_of(lines, job_id)
+        assert [row["step"] for row in runs[1]] == [1, 2, 3]
+
+
+def test_sigterm_hands_running_jobs_back(service: Service) -> None:
+    first = service.start_worker("A", "--grace", "0.2")
+    job_id = service.submit("stubborn", "--steps", "100000", "--step-ms", "20")
+    service.wait("two saved steps", lambda: service.step(job_id) >= 2)
+    assert service.stop(first) == 0
+    job = service.job(job_id)
+    assert (job.state, job.attempts, job.handbacks) == (S.QUEUED, 1, 1)
+    saved = service.step(job_id)
+    second = service.start_worker("B")
+    service.wait("the job to run again", lambda: service.job(job_id).attempts == 2)
+    done = service.cli("cancel", job_id)
+    assert (done.returncode, done.stdout) == (
+        0,
+        f"cancellation of {job_id} requested; it is running\n",
+    )
+    service.wait_state(job_id, S.CANCELLED)
+    assert service.stop(second) == 0
+    runs = attempts_of(service.audit_lines(), job_id)
+    assert runs[2][0]["step"] == saved + 1
+
+
+def test_status_timeouts_and_staleness(service: Service) -> None:
+    worker = service.start_worker("A", "--stale-after", "0.5")
+    hung = service.submit("steps", "--steps", "5", "--step-ms", "1", "--hang-at", "2")
+    timed = service.submit(
+        "blocking",
+        "--steps",
+        "5",
+        "--step-ms",
+        "1",
+        "--hang-at",
+        "3",
+        "--timeout",
+        "1.5",
+    )
+    failing = service.submit(
+        "steps", "--steps", "5", "--step-ms", "1", "--fail-at", "2"
+    )
+    service.wait_state(failing, S.FAILED)
+    job = service.wait_state(timed, S.TIMED_OUT)
+    assert job.elapsed is not None
+    assert job.elapsed >= 1.5
+    assert job.timed_out_at is not None
+    assert job.ended_at is not None
+    assert job.timed_out_at <= job.ended_at
+
+    def stale() -> bool:
+        done = service.cli("status", hung, "--json")
+        return json.loads(done.stdout)["stale"] is True
+
+    service.wait("the hung job to be reported stale", stale)
+    assert service.job(hung).state is S.RUNNING
+    done = service.cli("status", "--json")
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["id"] for row in rows] == [hung, timed, failing]
+    required = {
+        "id",
+        "kind",
+        "state",
+        "attempts",
+        "worker",
+        "created_at",
+        "started_at",
+        "ended_at",
+        "last_heartbeat_at",
+        "progress",
+        "stale",
+        "timed_out_at",
+        "error",
+    }
+    assert all(required <= row.keys() for row in rows)
+    assert rows[2]["error"] == "raised RuntimeError('failed at step 2')"
+    assert rows[1]["state"] == "timed_out"
+    assert service.stop(worker) == 0
+    # The hung job was cooperative: handed back at the shutdown.
+    assert service.job(hung).state is S.QUEUED
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["submit", "nope"], "unknown job kind 'nope'"),
+        (
+            ["submit", "steps", "--timeout", "-1"],
+            "must be a finite number > 0, not '-1'",
+        ),
+        (
+            ["submit", "steps", "--timeout", "nan"],
+            "must be a finite number > 0, not 'nan'",
+        ),
+        (["worker", "--grace", "-2"], "argument --grace: grace must be >= 0, not -2.0"),
+        (
+            ["worker", "--health-port", "http"],
+            "health_port must be a port number in 0..65535, not 'http'",
+        ),
+    ],
+)
+def test_bad_arguments_write_nothing(
+    service: Service, args: list[str], message: str
+) -> None:
+    done = service.cli(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not service.db.exists()
+
+
+def test_malformed_url_and_non_database(service: Service, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--store", "postgres:/x", "status"],
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert (
+        "store URL must look like sqlite:///path/to/file.db or "
+        "postgresql://host/database, not 'postgres:/x'" in done.stderr
+    )
+    assert os.listdir(tmp_path) == []
+    service.db.write_bytes(b"not a database" * 100)
+    done = service.cli("status")
+    assert done.returncode == 1
+    assert f"store file '{service.db}' is not a usable SQLite database" in done.stderr
+    assert service.db.read_bytes() == b"not a database" * 100
+
+
+def test_unknown_job_id(service: Service) -> None:
+    service.submit("steps")
+    for command in (["cancel", "nope"], ["status", "nope", "--json"]):
+        done = service.cli(*command)
+        assert (done.returncode, done.stdout) == (1, "")
+        assert "no job with id 'nope'" in done.stderr
+    q = service.queries()
+    try:
+        assert len(q.events(None)) == 1
+    finally:
+        q.close()

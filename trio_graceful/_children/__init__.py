@@ -1,0 +1,4 @@
+"""Children of other kinds: threads, subprocesses, asyncio, standard input.
+
+Built on `trio_graceful._core` only.
+"""

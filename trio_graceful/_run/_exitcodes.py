@@ -1,0 +1,162 @@
+"""The exit status of a program run by `trio_graceful.run`, and why it is what it is."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable
+from typing import Literal, cast
+
+import attrs
+
+from .._core._util import check_signal
+
+
+def _check_status(
+    instance: object, attribute: attrs.Attribute[int], value: object
+) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{attribute.name} must be an int, not {value!r}")
+    if not 0 <= value <= 255:
+        raise ValueError(f"{attribute.name} must be from 0 to 255, not {value!r}")
+
+
+def _to_signal_set(value: object) -> frozenset[int]:
+    if isinstance(value, (int, str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"clean_signals must be a collection of signals, not {value!r}")
+    result: set[int] = set()
+    for item in cast("Iterable[object]", value):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise TypeError(f"clean_signals must hold signal numbers, not {item!r}")
+        result.add(int(item))
+    return frozenset(result)
+
+
+def _check_bool(
+    instance: object, attribute: attrs.Attribute[bool], value: object
+) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be True or False, not {value!r}")
+
+
+@attrs.frozen
+class ExitCodes:
+    """The exit statuses `trio_graceful.run` returns; pass your own to change them.
+
+    The defaults follow the conventions of shells and service managers:
+
+    * ``0`` when ``main`` returned, or after a graceful shutdown asked for
+      by SIGTERM (or another of `clean_signals`), or by
+      `Runner.request_shutdown`: the program did what it was asked to do.
+    * ``128 + n`` after signal *n* otherwise: 130 after Ctrl+C (SIGINT),
+      which is what a shell reports for a program that Ctrl+C interrupted, so
+      ``tool && next`` does not go on as if ``tool`` had finished its job;
+      143 after SIGTERM when the shutdown had to be forced (the grace ran out
+      or a second signal came): the program did not stop cleanly.
+    * `error` (1, as Python uses for an uncaught exception) when ``main``,
+      a task of the root bundle or a service raised.
+    * `startup_failed` (also 1 by default) when the program never became
+      ready: ``main`` or a service raised while starting, or the startup
+      timed out. Give it its own value if a service manager should tell the
+      two apart (systemd's ``RestartPreventExitStatus=``, say).
+    * `emergency` (137, what a supervisor reports for a process killed with
+      SIGKILL, which is what the emergency exit stands in for) when the
+      watchdog ended a process that could not unwind.
+
+    ``SystemExit`` raised by ``main`` sets the status as it would for a
+    plain Python program, unless something also failed.
+    """
+
+    ok: int = attrs.field(default=0, validator=_check_status)
+    """``main`` returned, or a clean signal's graceful shutdown finished in time."""
+
+    error: int = attrs.field(default=1, validator=_check_status)
+    """``main``, a root task or a service raised after the program was ready."""
+
+    startup_failed: int = attrs.field(default=1, validator=_check_status)
+    """The program never became ready, after an error or a timeout during startup."""
+
+    emergency: int = attrs.field(default=128 + signal.SIGKILL, validator=_check_status)
+    """The watchdog ended the process with ``os._exit``."""
+
+    clean_signals: frozenset[int] = attrs.field(
+        default=frozenset({signal.SIGTERM}), converter=_to_signal_set
+    )
+    """Signals after which a graceful shutdown that finished in time exits with `ok`.
+
+    Any other signal gives ``128 + signum``, and so does a clean signal whose
+    shutdown had to be forced.
+    """
+
+    clean_after_grace: bool = attrs.field(default=False, validator=_check_bool)
+    """Whether a clean signal's shutdown that was forced only because the
+    grace ran out still exits with `ok`.
+
+    False by default: such a program did not stop by itself. A server whose
+    grace is there to cut off clients that never say goodbye sets it: it
+    stopped within its bounds. A second signal always counts as forced.
+    """
+
+    def after_signal(
+        self, signum: int, *, forced: bool, grace_ran_out: bool = False
+    ) -> int:
+        """The status after a shutdown that signal ``signum`` started.
+
+        Args:
+            signum (int): The first signal received.
+            forced (bool): Whether the shutdown had to hard-cancel (the grace
+                ran out, or a second signal came).
+            grace_ran_out (bool): Whether it was forced by the grace running
+                out, not by a signal (see `clean_after_grace`).
+
+        Raises:
+            TypeError: if ``signum`` is not an int.
+            ValueError: if ``signum`` is not a valid signal number.
+        """
+        check_signal(signum, argument="signum")
+        if signum in self.clean_signals and (
+            not forced or (grace_ran_out and self.clean_after_grace)
+        ):
+            return self.ok
+        return 128 + signum
+
+
+@attrs.frozen
+class Ending:
+    """How a run ended: the facts `exit_status` chooses the status from."""
+
+    failure: Literal["error", "startup"] | None = None
+    """The first failure: after the program was ready, or during startup."""
+
+    system_exit: tuple[object] | None = None
+    """``(code,)`` of a `SystemExit` raised by ``main`` or a root task."""
+
+    first_signal: int | None = None
+    """The signal that began the shutdown, if one did."""
+
+    forced_by: Literal["grace", "signal"] | None = None
+    """Whether the shutdown was forced, and by what."""
+
+
+def exit_status(codes: ExitCodes, ending: Ending) -> int:
+    """The exit status of a run that ended as ``ending`` says.
+
+    A failure wins, then `SystemExit` (its code as Python would use it, and
+    `ExitCodes.error` for a message), then the first signal, else
+    `ExitCodes.ok`.
+    """
+    if ending.failure is not None:
+        return codes.startup_failed if ending.failure == "startup" else codes.error
+    if ending.system_exit is not None:
+        (code,) = ending.system_exit
+        if code is None:
+            return codes.ok
+        if isinstance(code, int):
+            return code
+        return codes.error  # as Python does for SystemExit("message")
+    if ending.first_signal is not None:
+        return codes.after_signal(
+            ending.first_signal,
+            forced=ending.forced_by is not None,
+            grace_ran_out=ending.forced_by == "grace",
+        )
+    return codes.ok
