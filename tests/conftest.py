@@ -7,6 +7,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The PostgreSQL server of the job store tests, for tests/jobs and tests/examples.
+pytest_plugins = ["tests.postgres_fixtures"]
+
 # Deterministic by default: the same examples on every run and every machine.
 # HYPOTHESIS_PROFILE=explore searches afresh (use it when changing the core).
 settings.register_profile(
