@@ -28,20 +28,25 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# What SIGINT was when the session began: put back after every test.
+_SESSION_SIGINT = signal.getsignal(signal.SIGINT)
+
+
 @pytest.fixture(autouse=True)
-def sigint_not_ignored() -> Iterator[None]:
-    """Let the programs a test starts inherit SIGINT as Python would have it.
+def sigint_as_python_sets_it() -> Iterator[None]:
+    """Start every test with SIGINT as Python sets it: `signal.default_int_handler`.
 
     A test run started in the background by a non-interactive shell (``pytest
     &`` in a script) has SIGINT ignored, and its children inherit that; a
     program run by trio_graceful.run then rightly keeps SIGINT ignored, and a
-    test that sends it SIGINT would wait in vain.
+    test that sends it SIGINT would wait in vain. And a handler that an
+    earlier test's libraries left behind (a Trio `KeyboardInterrupt` handler
+    of a run that has ended was seen once, after the notebooks' Jupyter
+    client) would keep Trio from installing its own in the next `trio.run`,
+    so a `KeyboardInterrupt` raised there would go to the ended run.
     """
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        if previous is signal.SIG_IGN:
-            signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, _SESSION_SIGINT)
