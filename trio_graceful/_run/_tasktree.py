@@ -26,7 +26,8 @@ _ATTEMPTS = 3
 _TRIO_CORE = os.path.join(os.path.dirname(trio.__file__), "_core", "")
 _LIBRARIES = (
     os.path.join(os.path.dirname(trio.__file__), ""),
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), ""),
+    # trio_graceful itself, all of it: this module is two levels down.
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),
 )
 
 
