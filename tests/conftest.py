@@ -45,3 +45,20 @@ def sigint_not_ignored() -> Iterator[None]:
     finally:
         if previous is signal.SIG_IGN:
             signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(autouse=True)
+def shutdown_signals_given_back() -> Iterator[None]:
+    """Give each test the handlers of SIGINT and SIGTERM it found.
+
+    A run that took a signal keeps its handlers until the process exits (a
+    later signal must not end a program on its way out); in the test process,
+    which goes on, the next test must not inherit them.
+    """
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
