@@ -31,7 +31,10 @@ import pytest
 
 from .process_support import PATIENCE, LineReader
 
-pytestmark = pytest.mark.realtime
+pytestmark = [
+    pytest.mark.realtime,
+    pytest.mark.skipif(not hasattr(os, "waitid"), reason="needs os.waitid"),
+]
 
 STORMS = 100
 """Storms of each kind."""
