@@ -33,20 +33,24 @@ _SESSION_SIGINT = signal.getsignal(signal.SIGINT)
 
 
 @pytest.fixture(autouse=True)
-def sigint_as_python_sets_it() -> Iterator[None]:
-    """Start every test with SIGINT as Python sets it: `signal.default_int_handler`.
+def shutdown_signals_as_python_sets_them() -> Iterator[None]:
+    """Start every test with SIGINT as Python sets it, and give SIGTERM back after.
 
     A test run started in the background by a non-interactive shell (``pytest
     &`` in a script) has SIGINT ignored, and its children inherit that; a
     program run by trio_graceful.run then rightly keeps SIGINT ignored, and a
-    test that sends it SIGINT would wait in vain. And a handler that an
-    earlier test's libraries left behind (a Trio `KeyboardInterrupt` handler
-    of a run that has ended was seen once, after the notebooks' Jupyter
-    client) would keep Trio from installing its own in the next `trio.run`,
-    so a `KeyboardInterrupt` raised there would go to the ended run.
+    test that sends it SIGINT would wait in vain. A handler that an earlier
+    test left behind (a Trio `KeyboardInterrupt` handler of a run that has
+    ended was seen once, after the notebooks' Jupyter client) would keep Trio
+    from installing its own in the next `trio.run`. And a run that took a
+    signal keeps its handlers until the process exits (a later signal must
+    not end a program on its way out); in the test process, which goes on,
+    the next test must not inherit them.
     """
+    sigterm = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, _SESSION_SIGINT)
+        signal.signal(signal.SIGTERM, sigterm)

@@ -159,10 +159,6 @@ class Program:
                     if interrupt is None:
                         raise
                     raise interrupt from None
-                for signum in self.relay.take_kept():
-                    logger.info(
-                        "%s received while exiting; ignored", signal_name(signum)
-                    )
         finally:
             self.watchdog.stop()
             self.gc.release()

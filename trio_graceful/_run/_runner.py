@@ -258,8 +258,11 @@ def run(
     works even if the Trio thread is stuck in a blocking call), after writing
     to stderr which tasks were still running and where they waited. Each
     stage logs one line on the ``trio_graceful.runner`` logger; a signal
-    never becomes a `KeyboardInterrupt`. A signal the process ignores when
-    `run` starts (an inherited ``SIG_IGN``) stays ignored. During the
+    never becomes a `KeyboardInterrupt`. Once `run` has taken a signal, its
+    handlers stay until the process exits, so that no later signal ends the
+    process otherwise than the log says (see :doc:`runner`). A signal the
+    process ignores when `run` starts (an inherited ``SIG_IGN``) stays
+    ignored. During the
     shutdown the garbage collector's full collections are put off and, once
     the shutdown is forced, the collector is paused; both are undone when the
     last run that needed them returns.

@@ -1,12 +1,11 @@
 """Shutdown signals, from the process's handlers to the run, each counted once.
 
 `SignalRelay` installs a Python-level handler for each shutdown signal before
-`trio.run` and restores the previous one after it. While the run is live the
-handler passes each signal to the Trio thread with
-`trio.lowlevel.TrioToken.run_sync_soon`, as Trio's own signal receiver does,
-but one call per signal (Trio's receiver merges repeats, and escalation must
-count them). Before the run is connected the handler keeps the signals for it;
-after it is disconnected it keeps them for a log line.
+`trio.run`. While the run is live the handler passes each signal to the Trio
+thread with `trio.lowlevel.TrioToken.run_sync_soon`, as Trio's own signal
+receiver does, but one call per signal (Trio's receiver merges repeats, and
+escalation must count them). Before the run is connected the handler keeps
+the signals for it; after it is disconnected it keeps them for a log line.
 
 A signal that the process ignores (``SIG_IGN``) when `run` starts stays
 ignored, as CPython leaves an inherited ignored SIGINT alone: a program
@@ -14,15 +13,38 @@ started as ``prog &`` by a non-interactive shell is not meant to be stopped
 by the terminal's Ctrl+C.
 
 The handlers also keep Trio from installing its `KeyboardInterrupt` handler.
+
+Once the run has taken a signal, the process is on its way out with the
+status `run` chose, and no later signal may change that: not the default
+action of SIGTERM, nor a `KeyboardInterrupt` in ``threading._shutdown``. So
+the handlers of such a run stay when `run` returns, keeping what comes for a
+log line, and become ``SIG_IGN`` at exit (`atexit`): the interpreter's
+finalization resets every Python-level handler to ``SIG_DFL`` after the
+atexit functions, and only an ignored signal stays ignored through it. A run
+that took no signal gives the previous handlers back.
+
+Handlers change only while the main thread blocks the signals (the watchdog
+thread blocks them for good): CPython runs whatever handler is current when
+it gets to a signal that arrived under the previous one, which would be
+`signal.default_int_handler` (a traceback), or, for ``SIG_IGN``, a line
+"Signal 2 ignored due to race condition" on stderr. A blocked signal waits,
+and the kernel drops it when its handler becomes ``SIG_IGN``.
 """
 
 from __future__ import annotations
 
+import atexit
+import collections
 import contextlib
+import logging
 import signal
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Collection, Generator
 from types import FrameType
-from typing import Any, final
+from typing import Any, Final, final
+
+from .._core._util import signal_name
+
+logger = logging.getLogger("trio_graceful.runner")
 
 
 @final
@@ -43,18 +65,38 @@ class SignalRelay:
         """The signals handled."""
         self._deliver: Callable[[int], object] | None = None
         self._kept: list[int] = []
+        self._took_signal = False
+        # One object, so that the exit can tell whether it is still installed.
+        self._handler = self._handle
 
     @contextlib.contextmanager
     def installed(self) -> Generator[None, None, None]:
-        """Install the handlers while the block runs (in the main thread)."""
+        """Install the handlers while the block runs (in the main thread).
+
+        On the way out, the signals kept since the run was disconnected are
+        logged; then the previous handlers come back, unless a signal came:
+        then they stay until the process exits (see the module docstring).
+        """
         previous: dict[int, Any] = {}
         try:
             for signum in self.handled:
-                previous[signum] = signal.signal(signum, self._handle)
+                previous[signum] = signal.signal(signum, self._handler)
             yield
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            if previous:
+                self._restore(previous)
+
+    def _restore(self, previous: dict[int, Any]) -> None:
+        self._deliver = None  # the run is over, whatever ended it
+        with blocked(previous):
+            # What had arrived has been handled (CPython runs handlers at
+            # the next call); what arrives from now on waits: both count.
+            self._log_kept()
+            if self._took_signal or not signal.sigpending().isdisjoint(previous):
+                _keep_until_exit(self, previous)
+            else:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
 
     def connect(self, deliver: Callable[[int], object]) -> list[int]:
         """Pass further signals to ``deliver``; return those that came before.
@@ -70,14 +112,65 @@ class SignalRelay:
         """Keep further signals instead of passing them on."""
         self._deliver = None
 
-    def take_kept(self) -> list[int]:
-        """The signals kept since the last `connect` or `take_kept`."""
-        kept, self._kept = self._kept, []
-        return kept
-
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._took_signal = True
         deliver = self._deliver
         if deliver is None:
             self._kept.append(signum)
         else:
             deliver(signum)
+
+    def _log_kept(self) -> None:
+        kept, self._kept = self._kept, []
+        for signum, count in collections.Counter(kept).items():
+            times = f"{count} times " if count > 1 else ""
+            logger.warning(
+                "%s received %swhile exiting; ignored", signal_name(signum), times
+            )
+
+    def ignore(self, signals: Collection[int]) -> None:
+        """Make ``signals`` ignored where this relay's handler is still installed.
+
+        Called at exit, with the signals blocked; then logs what was kept.
+        """
+        for signum in signals:
+            if signal.getsignal(signum) is self._handler:
+                signal.signal(signum, signal.SIG_IGN)
+        self._log_kept()
+
+
+@contextlib.contextmanager
+def blocked(signals: Collection[int]) -> Generator[None, None, None]:
+    """Hold ``signals`` back from this thread while the block runs.
+
+    Those that arrive meanwhile wait until the block ends (or are dropped,
+    if their handler is then ``SIG_IGN``), unless another thread that does
+    not block them takes them.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+# The relays whose handlers stay until the process exits, by signal: the
+# handlers are the process's, so this record is too (a later run may install
+# its own over them, and give them back).
+_kept_until_exit: Final[dict[int, SignalRelay]] = {}
+
+
+def _keep_until_exit(relay: SignalRelay, signals: Collection[int]) -> None:
+    atexit.unregister(_ignore_at_exit)  # registered once
+    atexit.register(_ignore_at_exit)
+    _kept_until_exit.update(dict.fromkeys(signals, relay))
+
+
+def _ignore_at_exit() -> None:
+    with blocked(_kept_until_exit):
+        relays: dict[SignalRelay, list[int]] = {}
+        for signum, relay in _kept_until_exit.items():
+            relays.setdefault(relay, []).append(signum)
+        for relay, signals in relays.items():
+            relay.ignore(signals)
+        _kept_until_exit.clear()

@@ -64,6 +64,7 @@ from .._core._util import signal_name
 from ._escalation import Escalation, Observer, Step
 from ._exitcodes import Ending, ExitCodes, exit_status
 from ._lateness import Lateness
+from ._signals import blocked
 from ._tasktree import format_task_tree, format_thread_stacks
 
 logger = logging.getLogger("trio_graceful.runner")
@@ -191,8 +192,13 @@ class Watchdog:
         """Whether the report shows the frames of trio and trio_graceful."""
 
     def start(self) -> None:
-        """Start the thread."""
-        self._thread.start()
+        """Start the thread, which never takes the signals it counts.
+
+        Those go to the main thread (or others), which can then hold them
+        back while the runner changes their handlers (see ``_signals``).
+        """
+        with blocked(self._signals):  # the new thread inherits the mask
+            self._thread.start()
 
     def stop(self) -> None:
         """Disarm, end the thread and close the pipe. Call it once, after `start`."""
@@ -268,7 +274,9 @@ class Watchdog:
 
         Must be entered in the main thread inside the Trio run, after the
         Python-level handlers for the signals are installed (CPython writes
-        to the wakeup fd only for signals that have one).
+        to the wakeup fd only for signals that have one). Signals are
+        counted until the block ends; the pipe stays the wakeup fd until
+        Trio puts back the one it found at the end of the run.
         """
         previous = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         with self._lock:
@@ -278,7 +286,11 @@ class Watchdog:
         finally:
             with self._lock:
                 self._forward_fd = -1
-            signal.set_wakeup_fd(previous)
+            # The pipe stays the wakeup fd, its bytes no longer counted:
+            # Trio closes its socket before it puts back the fd it found,
+            # and CPython would print a BrokenPipeError for each signal
+            # written to that socket meanwhile. Trio's own wakeups do not
+            # go through this fd; signals after the run need none.
 
     # -- the thread --------------------------------------------------------------
 
@@ -318,20 +330,22 @@ class Watchdog:
             except BlockingIOError:
                 continue
             signal_bytes = data.replace(_WAKE, b"")
-            if signal_bytes:
-                self._forward(signal_bytes)
-            for signum in signal_bytes:
-                if signum in self._signals:
-                    self._on_signal(signum)
+            if signal_bytes and self._forward(signal_bytes):
+                for signum in signal_bytes:
+                    if signum in self._signals:
+                        self._on_signal(signum)
 
-    def _forward(self, data: bytes) -> None:
-        # Under the lock: once counting_signals() has taken the fd back, no
-        # write can reach it (its number may be reused after the run).
+    def _forward(self, data: bytes) -> bool:
+        """Pass signal bytes on to Trio; False once the counting has ended."""
+        # Under the lock: once counting_signals() has ended, no write can
+        # reach Trio's fd (its number may be reused after the run).
         with self._lock:
-            if self._forward_fd != -1:
-                # Trio only needs to be woken; a full fd is no loss.
-                with contextlib.suppress(OSError):
-                    os.write(self._forward_fd, data)
+            if self._forward_fd == -1:
+                return False
+            # Trio only needs to be woken; a full fd is no loss.
+            with contextlib.suppress(OSError):
+                os.write(self._forward_fd, data)
+            return True
 
     def _on_signal(self, signum: int) -> None:
         for step in self._escalation.record(Observer.WATCHDOG, signum):

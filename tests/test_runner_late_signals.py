@@ -1,0 +1,225 @@
+"""Signals after the run: what `trio_graceful.run` leaves in place when it returns.
+
+A run that took a signal keeps its handlers until the process exits, keeping
+what comes for a log line, and makes them SIG_IGN at exit; a run that took
+none gives the previous handlers back (test_runner.py checks that). The
+storms of test_signal_storms.py check the same with many signals at once;
+these check each step on its own, with exact log lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import trio_graceful
+from trio_graceful import current_runner
+from trio_graceful._run import _signals
+
+SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def run(main: Callable[..., Awaitable[None]], **options: Any) -> int:
+    options.setdefault("clock", trio.testing.MockClock(autojump_threshold=0))
+    return trio_graceful.run(main, **options)
+
+
+def handlers() -> dict[int, object]:
+    return {s: signal.getsignal(s) for s in SHUTDOWN_SIGNALS}
+
+
+def runner_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "trio_graceful.runner"]
+
+
+async def stopped_by_sigterm() -> None:
+    _, inbox = current_runner().root.open_inbox()
+    signal.raise_signal(signal.SIGTERM)
+    await inbox.receive()  # STOP
+
+
+def test_after_a_signal_the_handlers_stay_until_exit_then_ignore(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="trio_graceful.runner")
+    before = handlers()
+    assert run(stopped_by_sigterm) == 0
+    kept = handlers()
+    assert all(kept[s] is not before[s] for s in SHUTDOWN_SIGNALS)
+    # The process is on its way out: nothing here may end it or raise.
+    signal.raise_signal(signal.SIGINT)
+    signal.raise_signal(signal.SIGTERM)
+    signal.raise_signal(signal.SIGTERM)
+    assert runner_lines(caplog) == ["SIGTERM: shutting down (grace 10 s)"]
+    # What atexit runs: the handlers become SIG_IGN, which the interpreter's
+    # finalization leaves alone, and what they kept is logged.
+    _signals._ignore_at_exit()  # pyright: ignore[reportPrivateUsage]
+    assert handlers() == dict.fromkeys(SHUTDOWN_SIGNALS, signal.SIG_IGN)
+    assert runner_lines(caplog)[1:] == [
+        "SIGINT received while exiting; ignored",
+        "SIGTERM received 2 times while exiting; ignored",
+    ]
+
+
+def test_at_exit_a_handler_installed_since_is_left_alone() -> None:
+    assert run(stopped_by_sigterm) == 0
+    mine = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _signals._ignore_at_exit()  # pyright: ignore[reportPrivateUsage]
+    assert handlers() == {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: signal.SIG_IGN,
+    }
+    assert mine is not signal.SIG_IGN
+
+
+def test_a_later_run_takes_over_and_gives_the_kept_handlers_back() -> None:
+    assert run(stopped_by_sigterm) == 0
+    kept = handlers()
+
+    async def main() -> None:
+        assert all(handlers()[s] is not kept[s] for s in SHUTDOWN_SIGNALS)
+
+    # Not ignored: the kept handlers are the first run's, not SIG_IGN.
+    assert run(main) == 0
+    assert handlers() == kept
+
+
+def test_a_signal_waiting_as_the_run_returns_is_the_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A signal that arrived before run() gave the handlers back belongs to
+    # the run, even if the main thread had it blocked: given to the previous
+    # handler, it would kill a process on its way out.
+    received: list[int] = []
+
+    def previous(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    async def main() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        signal.raise_signal(signal.SIGTERM)  # waits, blocked
+
+    signal.signal(signal.SIGTERM, previous)
+    try:
+        assert run(main) == 0  # main returned first
+        assert signal.getsignal(signal.SIGTERM) is not previous
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    assert received == []
+    _signals._ignore_at_exit()  # pyright: ignore[reportPrivateUsage]
+    assert runner_lines(caplog)[-1] == "SIGTERM received while exiting; ignored"
+
+
+def signal_mask(thread: threading.Thread) -> set[int]:
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    found = re.search(r"^SigBlk:\s*([0-9a-f]+)$", status, re.MULTILINE)
+    assert found is not None
+    bits = int(found[1], 16)
+    return {s for s in SHUTDOWN_SIGNALS if bits >> (s - 1) & 1}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="Linux only")
+def test_the_watchdog_thread_never_takes_a_shutdown_signal() -> None:
+    masks: list[set[int]] = []
+
+    async def main() -> None:
+        [watchdog] = [
+            t for t in threading.enumerate() if t.name == "trio_graceful watchdog"
+        ]
+        masks.append(signal_mask(watchdog))
+        masks.append(signal_mask(threading.current_thread()))
+
+    assert run(main) == 0
+    # Blocked in the watchdog, so the runner can hold them back while it
+    # changes the handlers; never in the main thread.
+    assert masks == [set(SHUTDOWN_SIGNALS), set()]
+
+
+class WakeupFdAtTheEnd(trio.abc.Instrument):
+    """Finds what the signal wakeup fd is once the run's root task has ended."""
+
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    def task_exited(self, task: trio.lowlevel.Task) -> None:
+        if task is trio.lowlevel.current_root_task():
+            fd = signal.set_wakeup_fd(-1)
+            signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+            mode = os.fstat(fd).st_mode
+            self.kinds.append("pipe" if stat.S_ISFIFO(mode) else "other")
+
+
+def test_trios_wakeup_socket_is_not_the_wakeup_fd_when_trio_closes_it() -> None:
+    # Trio closes its socket and then puts back the fd it found: meanwhile
+    # CPython would write each signal to a closed socket and print a
+    # BrokenPipeError. The watchdog's pipe stays the wakeup fd until then.
+    instrument = WakeupFdAtTheEnd()
+
+    async def main() -> None:
+        trio.lowlevel.add_instrument(instrument)
+
+    assert run(main) == 0
+    assert instrument.kinds == ["pipe"]
+    assert signal.set_wakeup_fd(-1) == -1
+
+
+LATE = """
+    import atexit
+    import signal
+    import sys
+    import trio_graceful
+
+    def last():
+        # Registered first, so it runs after run()'s own exit step.
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)
+        print("still here", flush=True)
+
+    async def main():
+        _, inbox = trio_graceful.current_runner().root.open_inbox()
+        signal.raise_signal(signal.SIGINT)
+        await inbox.receive()  # STOP
+
+    atexit.register(last)
+    status = trio_graceful.run(main)
+    signal.raise_signal(signal.SIGTERM)
+    signal.raise_signal(signal.SIGINT)
+    signal.raise_signal(signal.SIGTERM)
+    sys.exit(status)
+"""
+
+
+@pytest.mark.realtime
+def test_late_signals_leave_the_status_of_the_run(tmp_path: Path) -> None:
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(LATE))
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.decode(), done.stderr.decode()) == (
+        130,
+        "still here\n",
+        "SIGINT: shutting down (grace 10 s)\n"
+        "SIGTERM received 2 times while exiting; ignored\n"
+        "SIGINT received while exiting; ignored\n",
+    )
