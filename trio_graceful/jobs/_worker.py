@@ -20,11 +20,13 @@ being renewed while they drain; cancel requests keep being served then too.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
 import os
 import socket
+import types
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
@@ -38,11 +40,14 @@ from .._core._inbox import InboxReceiver
 from .._core._openbundle import open_bundle
 from .._core._trace import TraceKind, emit, tracing
 from .._core._util import check_seconds
+from ._checks import check_text
 from ._context import JobContext, JobStopped
+from ._jsonrule import to_json
 from ._records import JobRecord
 from ._sql import LostJobError
 from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._store import JobStore
+from ._traceback import traceback_text
 
 logger = logging.getLogger("trio_graceful.jobs")
 
@@ -52,6 +57,30 @@ JobFunction = Callable[[JobContext], Awaitable[Any]]
 def default_worker_id() -> str:
     """``host-pid-random``: unique per worker process."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _check_functions(functions: object) -> Mapping[str, JobFunction]:
+    """``functions`` as a read-only copy, if each kind maps to an async function."""
+    if not isinstance(functions, Mapping):
+        raise TypeError(
+            "functions must be a mapping of job kind to async function, "
+            f"not {functions!r}"
+        )
+    checked: dict[str, JobFunction] = {}
+    for kind, fn in cast("Mapping[object, object]", functions).items():
+        kind = check_text(kind, argument="job kind")
+        if not (
+            inspect.iscoroutinefunction(fn)
+            or inspect.iscoroutinefunction(type(fn).__call__)
+        ):
+            raise TypeError(
+                f"the function of job kind {kind!r} must be an async function "
+                f"(async def), not {fn!r}"
+            )
+        checked[kind] = cast("JobFunction", fn)
+    if not checked:
+        raise ValueError("functions must name at least one job kind")
+    return types.MappingProxyType(checked)
 
 
 @attrs.frozen
@@ -75,7 +104,7 @@ class _Running:
     job: JobRecord
     changed: trio.Event = attrs.field(factory=trio.Event)
     done: bool = False
-    result: Any = None
+    result: str = "null"  # what the function returned, as JSON text
     error: BaseException | None = None
     cancel_requested: bool = False
     draining: bool = False
@@ -92,10 +121,17 @@ class Worker:
     (``await runner.start_service(worker.serve)``), or call `serve` with an
     inbox of your own: STOP in that inbox begins the graceful shutdown.
 
+    The worker claims only jobs of the kinds in ``functions``; a job of
+    another kind stays queued for a worker that knows it.
+
     Args:
         store (JobStore): Where the jobs are.
         functions: Job kind -> ``async def fn(ctx: JobContext)``; what the
-            function returns (JSON) is the job's result.
+            function returns (JSON) is the job's result. A function is
+            accepted if `inspect.iscoroutinefunction` says it is async:
+            an ``async def`` function, a method or `functools.partial` of
+            one, or an object whose ``__call__`` is one. Wrap anything else
+            (a lambda returning a coroutine) in an ``async def``.
         worker_id (str): This worker's id, unique among the workers of the
             store.
         concurrency (int): Jobs run at once.
@@ -111,6 +147,13 @@ class Worker:
         heartbeat_interval (float): Least seconds between two saves of a
             job's progress (`JobContext.report_progress`).
         budget (ThreadBudget or None): For `JobContext.run_in_thread`.
+
+    Raises:
+        TypeError: if ``functions`` is not a mapping, or one of its kinds is
+            not a string or its function is not async (the message names
+            the kind).
+        ValueError: if ``functions`` is empty, or a kind is empty or holds a
+            NUL.
     """
 
     store: JobStore
@@ -132,6 +175,8 @@ class Worker:
     _news: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
+        self.functions = _check_functions(self.functions)
+        check_text(self.worker_id, argument="worker_id")
         if isinstance(self.concurrency, bool) or not isinstance(
             cast("object", self.concurrency), int
         ):
@@ -199,7 +244,10 @@ class Worker:
                 await self._slot_freed.wait()
                 self._slot_freed = trio.Event()
             job = await self.store.claim(
-                self.worker_id, lease=self.lease, stale_after=self.stale_after
+                self.worker_id,
+                lease=self.lease,
+                stale_after=self.stale_after,
+                kinds=self.functions.keys(),
             )
             if job is None:
                 await self._pause()
@@ -291,16 +339,7 @@ class Worker:
 
     async def _run_attempt(self, running: _Running) -> None:
         job = running.job
-        fn = self.functions.get(job.kind)
-        if fn is None:
-            await self._write(
-                running,
-                JobEvent.FAIL,
-                "unknown kind",
-                error=f"no job function for kind {job.kind!r}",
-            )
-            return
-        ctx = await self._attend(running, fn)
+        ctx = await self._attend(running, self.functions[job.kind])
         if ctx is None:
             return
         if running.done and running.error is None:
@@ -308,13 +347,29 @@ class Worker:
                 running,
                 JobEvent.COMPLETE,
                 "returned",
-                result=json.dumps(running.result, default=str),
+                result=running.result,
                 failed_subtasks=json.dumps(ctx.failed_subtasks),
                 progress=json.dumps(ctx.progress),
                 elapsed=self._elapsed(job),
             )
         elif running.done and not isinstance(running.error, JobStopped):
-            await self._end(running, ctx, JobEvent.FAIL, f"raised {running.error!r}")
+            assert running.error is not None
+            why = f"raised {running.error!r}"
+            logger.warning(
+                "worker %s: job %s (%s) failed: %s",
+                self.worker_id,
+                job.id,
+                job.kind,
+                why,
+                exc_info=running.error,
+            )
+            await self._end(
+                running,
+                ctx,
+                JobEvent.FAIL,
+                why,
+                traceback=traceback_text(running.error),
+            )
         elif running.cancel_requested:
             # Asked to cancel while draining: the request wins over a hand-back.
             await self._write(
@@ -383,12 +438,19 @@ class Worker:
         return ctx
 
     async def _end(
-        self, running: _Running, ctx: JobContext, event: JobEvent, why: str
+        self,
+        running: _Running,
+        ctx: JobContext,
+        event: JobEvent,
+        why: str,
+        *,
+        traceback: str | None = None,
     ) -> None:
         await self._write(
             running,
             event,
             why,
+            traceback=traceback,
             error=why,
             failed_subtasks=json.dumps(ctx.failed_subtasks),
             progress=json.dumps(ctx.progress),
@@ -421,7 +483,8 @@ class Worker:
     ) -> None:
         with bundle.on_stop(ctx._request_stop):  # pyright: ignore[reportPrivateUsage]
             try:
-                running.result = await fn(ctx)
+                # A result that is not JSON fails the job, with its path.
+                running.result = to_json(await fn(ctx), what="result")
             except Exception as exc:
                 running.error = exc
         running.done = True
