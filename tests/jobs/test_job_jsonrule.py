@@ -11,7 +11,7 @@ import datetime
 import json
 import math
 import re
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import trio
@@ -41,9 +41,11 @@ def same(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+        keys: list[Any] = list(cast("dict[Any, Any]", a))
+        return keys == list(b) and all(same(a[k], b[k]) for k in keys)
     if isinstance(a, list):
-        return len(a) == len(b) and all(map(same, a, b))
+        items: list[Any] = cast("list[Any]", a)
+        return len(items) == len(b) and all(map(same, items, b))
     if isinstance(a, float):
         return repr(a) == repr(b)
     return bool(a == b)
@@ -97,7 +99,8 @@ def planted(draw: st.DrawFn) -> tuple[Any, type[Exception], str]:
         key = draw(st.integers() | st.none() | st.tuples(st.integers()))
         leaf = {key: draw(json_values)}
         error, reason = TypeError, f"key {key!r} is not a string"
-    value, path = leaf, ""
+    value: Any = leaf
+    path = ""
     for _ in range(draw(st.integers(0, 5))):
         if draw(st.booleans()):
             before = draw(st.lists(json_values, max_size=3))

@@ -9,8 +9,8 @@ on SQLite and on PostgreSQL instead of whatever the driver makes of it
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
-from typing import Final
+from collections.abc import Collection, Iterable
+from typing import Final, cast
 
 from ._states import JobNotFoundError
 
@@ -63,7 +63,10 @@ def check_kinds(kinds: object) -> tuple[str, ...] | None:
         )
     if not kinds:
         raise ValueError("kinds must name at least one job kind, or be None for any")
-    return tuple(sorted({check_text(kind, argument="kind") for kind in kinds}))
+    checked = {
+        check_text(kind, argument="kind") for kind in cast("Iterable[object]", kinds)
+    }
+    return tuple(sorted(checked))
 
 
 def check_job_id(job_id: object) -> str:
