@@ -128,8 +128,8 @@ class Worker:
         store (JobStore): Where the jobs are.
         functions: Job kind -> ``async def fn(ctx: JobContext)``; what the
             function returns (JSON) is the job's result. A function is
-            accepted if `inspect.iscoroutinefunction` says it is async:
-            an ``async def`` function, a method or `functools.partial` of
+            accepted if ``inspect.iscoroutinefunction`` says it is async:
+            an ``async def`` function, a method or ``functools.partial`` of
             one, or an object whose ``__call__`` is one. Wrap anything else
             (a lambda returning a coroutine) in an ``async def``.
         worker_id (str): This worker's id, unique among the workers of the
