@@ -9,8 +9,14 @@ cannot hold.
 
 from __future__ import annotations
 
+import logging
 import traceback
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from ._records import JobRecord
+
+logger = logging.getLogger("trio_graceful.jobs")
 
 #: Characters kept from the start and from the end of a longer traceback.
 HEAD: Final = 2_000
@@ -28,3 +34,11 @@ def traceback_text(exc: BaseException) -> str:
             f"{text[:HEAD]}\n[... {left_out} characters left out ...]\n{text[-TAIL:]}"
         )
     return text
+
+
+def report_failure(worker: str, job: JobRecord, why: str, exc: BaseException) -> str:
+    """Log the failure of ``job`` at WARNING; return its traceback for the store."""
+    logger.warning(
+        "worker %s: job %s (%s) failed: %s", worker, job.id, job.kind, why, exc_info=exc
+    )
+    return traceback_text(exc)

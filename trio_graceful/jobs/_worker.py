@@ -20,15 +20,13 @@ being renewed while they drain; cancel requests keep being served then too.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import math
 import os
 import socket
-import types
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 import attrs
@@ -42,45 +40,20 @@ from .._core._trace import TraceKind, emit, tracing
 from .._core._util import check_seconds
 from ._checks import check_text
 from ._context import JobContext, JobStopped
+from ._functions import JobFunction, check_functions
 from ._jsonrule import to_json
 from ._records import JobRecord
 from ._sql import LostJobError
 from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._store import JobStore
-from ._traceback import traceback_text
+from ._traceback import report_failure
 
 logger = logging.getLogger("trio_graceful.jobs")
-
-JobFunction = Callable[[JobContext], Awaitable[Any]]
 
 
 def default_worker_id() -> str:
     """``host-pid-random``: unique per worker process."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-def _check_functions(functions: object) -> Mapping[str, JobFunction]:
-    """``functions`` as a read-only copy, if each kind maps to an async function."""
-    if not isinstance(functions, Mapping):
-        raise TypeError(
-            "functions must be a mapping of job kind to async function, "
-            f"not {functions!r}"
-        )
-    checked: dict[str, JobFunction] = {}
-    for kind, fn in cast("Mapping[object, object]", functions).items():
-        kind = check_text(kind, argument="job kind")
-        if not (
-            inspect.iscoroutinefunction(fn)
-            or inspect.iscoroutinefunction(type(fn).__call__)
-        ):
-            raise TypeError(
-                f"the function of job kind {kind!r} must be an async function "
-                f"(async def), not {fn!r}"
-            )
-        checked[kind] = cast("JobFunction", fn)
-    if not checked:
-        raise ValueError("functions must name at least one job kind")
-    return types.MappingProxyType(checked)
 
 
 @attrs.frozen
@@ -127,11 +100,8 @@ class Worker:
     Args:
         store (JobStore): Where the jobs are.
         functions: Job kind -> ``async def fn(ctx: JobContext)``; what the
-            function returns (JSON) is the job's result. A function is
-            accepted if ``inspect.iscoroutinefunction`` says it is async:
-            an ``async def`` function, a method or ``functools.partial`` of
-            one, or an object whose ``__call__`` is one. Wrap anything else
-            (a lambda returning a coroutine) in an ``async def``.
+            function returns (JSON) is the job's result. See `JobFunction`
+            for what counts as async.
         worker_id (str): This worker's id, unique among the workers of the
             store.
         concurrency (int): Jobs run at once.
@@ -149,11 +119,8 @@ class Worker:
         budget (ThreadBudget or None): For `JobContext.run_in_thread`.
 
     Raises:
-        TypeError: if ``functions`` is not a mapping, or one of its kinds is
-            not a string or its function is not async (the message names
-            the kind).
-        ValueError: if ``functions`` is empty, or a kind is empty or holds a
-            NUL.
+        TypeError, ValueError: for a bad option or ``functions`` (as
+            `JobFunction` says); the message names the kind.
     """
 
     store: JobStore
@@ -175,7 +142,7 @@ class Worker:
     _news: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.functions = _check_functions(self.functions)
+        self.functions = check_functions(self.functions)
         check_text(self.worker_id, argument="worker_id")
         if isinstance(self.concurrency, bool) or not isinstance(
             cast("object", self.concurrency), int
@@ -355,21 +322,8 @@ class Worker:
         elif running.done and not isinstance(running.error, JobStopped):
             assert running.error is not None
             why = f"raised {running.error!r}"
-            logger.warning(
-                "worker %s: job %s (%s) failed: %s",
-                self.worker_id,
-                job.id,
-                job.kind,
-                why,
-                exc_info=running.error,
-            )
-            await self._end(
-                running,
-                ctx,
-                JobEvent.FAIL,
-                why,
-                traceback=traceback_text(running.error),
-            )
+            failure = report_failure(self.worker_id, job, why, running.error)
+            await self._end(running, ctx, JobEvent.FAIL, why, traceback=failure)
         elif running.cancel_requested:
             # Asked to cancel while draining: the request wins over a hand-back.
             await self._write(
@@ -438,19 +392,13 @@ class Worker:
         return ctx
 
     async def _end(
-        self,
-        running: _Running,
-        ctx: JobContext,
-        event: JobEvent,
-        why: str,
-        *,
-        traceback: str | None = None,
+        self, running: _Running, ctx: JobContext, event: JobEvent, why: str, **more: Any
     ) -> None:
         await self._write(
             running,
             event,
             why,
-            traceback=traceback,
+            **more,
             error=why,
             failed_subtasks=json.dumps(ctx.failed_subtasks),
             progress=json.dumps(ctx.progress),
