@@ -45,7 +45,11 @@ class JobStore:
     """Durable jobs in a database, for any number of workers and clients.
 
     Create one with `open_store`. All async methods are checkpoints; each
-    runs its queries in one transaction, in a worker thread.
+    runs its queries in one transaction, in a worker thread. Each checks its
+    arguments first, the same way on every store: `TypeError` for a value of
+    the wrong type, `ValueError` for one out of range (both naming the
+    argument and the value), `JobNotFoundError` for an unknown job id, and
+    `StoreError` once the store is closed. Nothing is written then.
 
     The constructor takes the store's synchronous operations; ``clock``,
     called in the Trio thread, returns the current time in seconds
