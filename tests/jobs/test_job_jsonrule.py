@@ -18,7 +18,7 @@ import trio
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from trio_graceful.jobs import open_store
-from trio_graceful.jobs._jsonrule import MAX_DEPTH, check_json, to_json
+from trio_graceful.jobs._jsonrule import MAX_DEPTH, MAX_DIGITS, check_json, to_json
 
 scalars = (
     st.none()
@@ -86,6 +86,7 @@ BAD_LEAVES: list[tuple[Any, type[Exception], str]] = [
     ((1, 2), TypeError, "tuple is not JSON"),
     ({1}, TypeError, "set is not JSON"),
     (b"x", TypeError, "bytes is not JSON"),
+    (-(10**4000), ValueError, "an int of 4000+ digits is not JSON"),
     (Bad(), TypeError, "Bad is not JSON"),
 ]
 
@@ -123,6 +124,14 @@ def test_a_bad_part_is_refused_with_its_path(
     with pytest.raises(error) as caught:
         check_json(value, what="result")
     assert str(caught.value) == message
+
+
+def test_the_largest_int() -> None:
+    largest = 10**MAX_DIGITS - 1
+    assert json.loads(to_json([largest, -largest], what="result")) == [
+        largest,
+        -largest,
+    ]
 
 
 def test_nesting_and_cycles_are_bounded() -> None:

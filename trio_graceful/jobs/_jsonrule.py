@@ -1,8 +1,9 @@
 """The one JSON rule for what jobs carry: payloads, progress and results.
 
 A value is accepted only if it comes back from the store equal to what was
-given: dicts with string keys, lists, strings, ints, finite floats, bools
-and None, nested at most `MAX_DEPTH` deep. Python's `json` would turn a
+given: dicts with string keys, lists, strings, ints (of fewer than
+`MAX_DIGITS` digits), finite floats, bools and None, nested at most
+`MAX_DEPTH` deep. Python's `json` would turn a
 tuple into a list, the key ``1`` into ``"1"`` and NaN into a token other
 parsers refuse; here each is refused before anything is written, with the
 path of the offending value (``payload["when"]: datetime is not JSON``).
@@ -17,6 +18,10 @@ from typing import Any, Final, cast
 
 #: How deep containers may nest; deeper values (and cycles) are refused.
 MAX_DEPTH: Final = 100
+#: Digits an int may have: Python's `json` refuses to read (or write) more
+#: than 4300 by default, a limit against denial of service.
+MAX_DIGITS: Final = 4000
+_INT_LIMIT: Final = 10**MAX_DIGITS
 
 
 class _Refused(Exception):
@@ -30,8 +35,12 @@ class _Refused(Exception):
 
 
 def _walk(value: object, depth: int) -> None:
-    if value is None or isinstance(value, (str, int)):
-        return  # bool is an int
+    if value is None or isinstance(value, str):
+        return
+    if isinstance(value, int):  # bool too
+        if not -_INT_LIMIT < value < _INT_LIMIT:
+            raise _Refused(ValueError, f"an int of {MAX_DIGITS}+ digits is not JSON")
+        return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _Refused(ValueError, f"{value!r} is not JSON (no NaN or infinity)")
