@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 import re
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -35,6 +36,20 @@ async def scaled(ctx: JobContext, *, factor: int) -> int:
     return int(ctx.job.payload["n"]) * factor
 
 
+NOT_ASYNC = (
+    r"the function of job kind '{}' must be an async function \(async def\), not "
+)
+
+
+def sync(ctx: JobContext) -> None:
+    """Not async at all."""
+
+
+def returns_a_coroutine(ctx: JobContext) -> Awaitable[str]:
+    """Returns an awaitable, but ``inspect`` cannot tell: refused."""
+    return plain(ctx)
+
+
 class Job:
     """A callable object whose ``__call__`` is async."""
 
@@ -51,42 +66,40 @@ async def wait_until_ended(store: JobStore, *job_ids: str) -> None:
         await trio.sleep(0.01)
 
 
-@pytest.mark.parametrize(
-    ("functions", "error", "message"),
-    [
-        (
-            [],
-            TypeError,
-            r"functions must be a mapping of job kind to async function, not \[\]",
-        ),
-        ({}, ValueError, "functions must name at least one job kind"),
-        ({1: plain}, TypeError, "job kind must be a string, not 1"),
-        ({"": plain}, ValueError, "job kind must not be empty"),
-        (
-            {"a\0": plain},
-            ValueError,
-            r"job kind must be text without NUL or lone surrogates, not 'a\\x00'",
-        ),
-        (
-            {"a": lambda ctx: None},
-            TypeError,
-            r"the function of job kind 'a' must be an async function \(async def\), "
-            r"not <function <lambda> at 0x\w+>",
-        ),
-        (
-            {"a": plain, "b": lambda ctx: plain(ctx)},
-            TypeError,
-            r"the function of job kind 'b' must be an async function \(async def\), "
-            r"not <function <lambda> at 0x\w+>",
-        ),
-        (
-            {"a": Job},
-            TypeError,
-            r"the function of job kind 'a' must be an async function \(async def\), "
-            r"not <class '.*\.Job'>",
-        ),
-    ],
-)
+# (functions, the exception, the whole message as a regular expression)
+BAD_FUNCTIONS: list[tuple[Any, type[Exception], str]] = [
+    (
+        [],
+        TypeError,
+        r"functions must be a mapping of job kind to async function, not \[\]",
+    ),
+    ({}, ValueError, "functions must name at least one job kind"),
+    ({1: plain}, TypeError, "job kind must be a string, not 1"),
+    ({"": plain}, ValueError, "job kind must not be empty"),
+    (
+        {"a\0": plain},
+        ValueError,
+        r"job kind must be text without NUL or lone surrogates, not 'a\\x00'",
+    ),
+    (
+        {"a": sync},
+        TypeError,
+        NOT_ASYNC.format("a") + r"<function sync at 0x\w+>",
+    ),
+    (
+        {"a": plain, "b": returns_a_coroutine},
+        TypeError,
+        NOT_ASYNC.format("b") + r"<function returns_a_coroutine at 0x\w+>",
+    ),
+    (
+        {"a": Job},
+        TypeError,
+        NOT_ASYNC.format("a") + r"<class '.*\.Job'>",
+    ),
+]
+
+
+@pytest.mark.parametrize(("functions", "error", "message"), BAD_FUNCTIONS)
 def test_bad_functions_are_refused_at_construction(
     functions: Any, error: type[Exception], message: str
 ) -> None:

@@ -191,7 +191,7 @@ async def test_bad_progress_and_attempts_of_a_running_job(store_url: str) -> Non
     with open_store(store_url) as store:
         job_id = await store.submit("k")
         await store.claim("w", lease=60)
-        for progress, error, message in [
+        bad: list[tuple[Any, type[Exception], str]] = [
             (
                 [1],
                 TypeError,
@@ -203,7 +203,8 @@ async def test_bad_progress_and_attempts_of_a_running_job(store_url: str) -> Non
                 'progress["x"]: nan is not JSON (no NaN or infinity)',
             ),
             ({"s": {1, 2}}, TypeError, 'progress["s"]: set is not JSON'),
-        ]:
+        ]
+        for progress, error, message in bad:
             call: Call = lambda s, p=progress: s.save_progress(  # noqa: E731
                 job_id, p, worker="w", attempt=1
             )
