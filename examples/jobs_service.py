@@ -11,11 +11,13 @@ Run it::
     python examples/jobs_service.py submit steps --steps 20 --step-ms 200
     python examples/jobs_service.py cancel ID
     python examples/jobs_service.py status --json
+    python examples/jobs_service.py status --traceback
 
 Try: kill the worker with SIGKILL mid-job and start it again (after its
 ``--lease`` has run out, the job resumes from its saved step); submit a
 ``stubborn`` job and cancel it (it ends only when ``--cancel-grace`` runs
-out); give a job ``--timeout``; run several workers on one store. Under an
+out); give a job ``--timeout`` or ``--fail-at`` (``status --traceback``
+shows where it failed); run several workers on one store. Under an
 orchestrator, ``--health-port`` serves ``/readyz`` and ``--drain-delay S``
 keeps the worker taking jobs for S seconds after SIGTERM, not ready.
 """
@@ -29,6 +31,7 @@ import logging
 import math
 import os
 import sys
+import textwrap
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
@@ -182,9 +185,18 @@ async def status(store: JobStore, args: argparse.Namespace) -> None:
     for job in await store.jobs(args.ids or None):
         if args.json:
             print(json.dumps(job.as_json(now=now)))
-        else:
-            step = (job.progress or {}).get("step", 0)
-            print(f"{job.id} {job.kind} {job.state.value} step={step}")
+            continue
+        step = (job.progress or {}).get("step", 0)
+        line = f"{job.id} {job.kind} {job.state.value} step={step}"
+        waited = job.waited(now)
+        if waited is not None:
+            # A kind that no running worker knows waits here.
+            line += f" waited={waited:.1f}s"
+        if job.error is not None:
+            line += f" error={job.error}"
+        print(line)
+        if args.traceback and job.traceback is not None:
+            print(textwrap.indent(job.traceback, "    "), end="")
 
 
 def seconds(text: str, *, positive: bool = False) -> float:
@@ -243,6 +255,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     stat = commands.add_parser("status", help="show jobs")
     stat.add_argument("ids", nargs="*")
     stat.add_argument("--json", action="store_true")
+    stat.add_argument(
+        "--traceback", action="store_true", help="show failed jobs' tracebacks"
+    )
     return parser.parse_args(argv)
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -309,6 +311,9 @@ def test_status_timeouts_and_staleness(service: Service) -> None:
         "stale",
         "timed_out_at",
         "error",
+        "queued_at",
+        "waited",
+        "traceback",
     }
     assert all(required <= row.keys() for row in rows)
     assert rows[2]["error"] == "raised RuntimeError('failed at step 2')"
@@ -316,6 +321,49 @@ def test_status_timeouts_and_staleness(service: Service) -> None:
     assert service.stop(worker) == 0
     # The hung job was cooperative: handed back at the shutdown.
     assert service.job(hung).state is S.QUEUED
+
+
+def test_status_shows_waits_and_tracebacks(service: Service) -> None:
+    q = service.queries()
+    try:
+        # A kind this worker has no function for: it is left queued.
+        report = q.submit("report", {}, timeout=None, max_attempts=3, now=time.time())
+    finally:
+        q.close()
+    worker = service.start_worker("A")
+    failing = service.submit(
+        "steps", "--steps", "5", "--step-ms", "1", "--fail-at", "2"
+    )
+    service.wait_state(failing, S.FAILED)
+    done = service.cli("status", "--json")
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(row["id"], row["state"], row["attempts"]) for row in rows] == [
+        (report, "queued", 0),
+        (failing, "failed", 1),
+    ]
+    assert rows[0]["waited"] > 0
+    assert rows[0]["traceback"] is None
+    assert rows[1]["waited"] is None
+    traceback = rows[1]["traceback"]
+    assert traceback.startswith("Traceback (most recent call last):\n")
+    assert ", in steps\n" in traceback
+    assert traceback.endswith("\nRuntimeError: failed at step 2\n")
+    failed_line = (
+        f"{failing} steps failed step=1 error=raised RuntimeError('failed at step 2')"
+    )
+    lines = service.cli("status").stdout.splitlines()
+    assert re.fullmatch(rf"{report} report queued step=0 waited=\d+\.\ds", lines[0])
+    assert lines[1:] == [failed_line]
+    done = service.cli("status", failing, "--traceback")
+    assert done.stdout == failed_line + "\n" + textwrap.indent(traceback, "    ")
+    assert service.stop(worker) == 0
+    assert service.job(report).state is S.QUEUED
+    log = (service.tmp_path / "A.log").read_text()
+    warning = (
+        f"WARNING trio_graceful.jobs: worker A: job {failing} (steps) failed: "
+        "raised RuntimeError('failed at step 2')\nTraceback (most recent call last):"
+    )
+    assert warning in log
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from ._context import (
     JobContext as JobContext,
     JobStopped as JobStopped,
 )
+from ._functions import JobFunction as JobFunction
 from ._records import AuditEvent as AuditEvent, JobRecord as JobRecord
 from ._sql import LostJobError as LostJobError, StoreError as StoreError
 from ._states import (
@@ -21,11 +22,7 @@ from ._states import (
     JobState as JobState,
 )
 from ._store import JobStore as JobStore, open_store as open_store
-from ._worker import (
-    JobFunction as JobFunction,
-    Worker as Worker,
-    WorkerStatistics as WorkerStatistics,
-)
+from ._worker import Worker as Worker, WorkerStatistics as WorkerStatistics
 
 # Where each public name is really defined; the documentation build needs it
 # to find the docstrings of attributes in the source.

@@ -19,8 +19,9 @@ import trio
 from .._children._threads import StopFlag, ThreadBudget, run_in_thread
 from .._core._bundle import Bundle
 from .._core._util import NoPublicConstructor
+from ._checks import check_timeout
+from ._jsonrule import check_object
 from ._records import JobRecord
-from ._store import check_timeout
 
 R = TypeVar("R")
 
@@ -127,8 +128,13 @@ class JobContext(metaclass=NoPublicConstructor):
         the store), or at once with ``save_now=True``. The latest progress is
         always saved when the job is handed back. A resumed attempt starts
         from the last progress saved. This is a checkpoint.
+
+        Raises:
+            TypeError: if ``progress`` is not a mapping, or holds a value
+                JSON has not (the message gives its path).
+            ValueError: for NaN or an infinity in ``progress``.
         """
-        self._progress = dict(progress)
+        self._progress = check_object(progress, what="progress")
         now = self._now()
         if save_now or now - self._saved_at >= self._heartbeat_interval:
             self._saved_at = now

@@ -15,7 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._sql import SCHEMA, SqlQueries, StoreError
+from ._schema import SCHEMA
+from ._sql import SqlQueries, StoreError
 
 if TYPE_CHECKING:
     import psycopg

@@ -62,6 +62,20 @@ class JobRecord:
     stale_after: float | None
     """Seconds without saved progress after which the running job counts as
     stale, as its worker was configured; `None` for never."""
+    queued_at: float | None
+    """While the job is queued, when it became so (submitted, handed back or
+    rescued); `None` in every other state."""
+    traceback: str | None
+    """The traceback of the exception that failed the job, or `None`; of a
+    longer one, the first 2,000 and the last 14,000 characters."""
+
+    def waited(self, now: float) -> float | None:
+        """Seconds the job has been queued, or `None` if it is not queued.
+
+        A job of a kind that no running worker has a function for stays
+        queued; this says for how long.
+        """
+        return None if self.queued_at is None else now - self.queued_at
 
     def is_stale(self, now: float) -> bool:
         """True if the job runs but has not saved progress for `stale_after` s.
@@ -90,10 +104,13 @@ class JobRecord:
             "last_heartbeat_at": self.last_heartbeat_at,
             "progress": self.progress,
             "stale": self.is_stale(now),
+            "queued_at": self.queued_at,
+            "waited": self.waited(now),
             "timed_out_at": self.timed_out_at,
             "elapsed": self.elapsed,
             "cancel_requested_at": self.cancel_requested_at,
             "error": self.error,
+            "traceback": self.traceback,
             "result": self.result,
             "failed_subtasks": list(self.failed_subtasks),
         }

@@ -19,54 +19,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._records import AuditEvent, JobRecord
+from ._schema import COLUMNS, record
 from ._states import JobEvent, JobNotFoundError, JobState, check_transition
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    state TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    handbacks INTEGER NOT NULL DEFAULT 0,
-    max_attempts INTEGER NOT NULL,
-    timeout {real},
-    worker TEXT,
-    created_at {real} NOT NULL,
-    started_at {real},
-    ended_at {real},
-    last_heartbeat_at {real},
-    progress TEXT,
-    cancel_requested_at {real},
-    timed_out_at {real},
-    elapsed {real},
-    error TEXT,
-    result TEXT,
-    failed_subtasks TEXT NOT NULL DEFAULT '[]',
-    stale_after {real}
-);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
-CREATE TABLE IF NOT EXISTS job_events (
-    seq {serial},
-    job TEXT NOT NULL,
-    source TEXT,
-    target TEXT NOT NULL,
-    at {real} NOT NULL,
-    worker TEXT,
-    reason TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS job_workers (
-    id TEXT PRIMARY KEY,
-    expires_at {real} NOT NULL
-);
-"""
-
-_COLUMNS = (
-    "id, kind, payload, state, attempts, handbacks, max_attempts, timeout, worker, "
-    "created_at, started_at, ended_at, last_heartbeat_at, progress, "
-    "cancel_requested_at, timed_out_at, elapsed, error, result, failed_subtasks, "
-    "stale_after"
-)
 
 
 class StoreError(Exception):
@@ -79,36 +33,6 @@ class LostJobError(RuntimeError):
     A rescuer handed the job back after the worker's lease expired; the
     worker's write is refused and changes nothing.
     """
-
-
-def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def _record(row: Sequence[Any]) -> JobRecord:
-    return JobRecord(
-        id=row[0],
-        kind=row[1],
-        payload=json.loads(row[2]),
-        state=JobState(row[3]),
-        attempts=row[4],
-        handbacks=row[5],
-        max_attempts=row[6],
-        timeout=row[7],
-        worker=row[8],
-        created_at=row[9],
-        started_at=row[10],
-        ended_at=row[11],
-        last_heartbeat_at=row[12],
-        progress=_load(row[13]),
-        cancel_requested_at=row[14],
-        timed_out_at=row[15],
-        elapsed=row[16],
-        error=row[17],
-        result=_load(row[18]),
-        failed_subtasks=tuple(json.loads(row[19])),
-        stale_after=row[20],
-    )
 
 
 class SqlQueries(abc.ABC):
@@ -160,13 +84,13 @@ class SqlQueries(abc.ABC):
 
     def _get(self, job_id: str, *, lock: bool = False) -> JobRecord:
         rows = self._execute(
-            f"SELECT {_COLUMNS} FROM jobs WHERE id = ?"
+            f"SELECT {COLUMNS} FROM jobs WHERE id = ?"
             + (self.lock_row if lock else ""),
             (job_id,),
         )
         if not rows:
             raise JobNotFoundError(f"no job with id {job_id!r}")
-        return _record(rows[0])
+        return record(rows[0])
 
     def _write(
         self,
@@ -228,19 +152,29 @@ class SqlQueries(abc.ABC):
         return job_id
 
     def claim(
-        self, worker: str, *, now: float, lease: float, stale_after: float | None
+        self,
+        worker: str,
+        *,
+        now: float,
+        lease: float,
+        stale_after: float | None,
+        kinds: Sequence[str] | None = None,
     ) -> JobRecord | None:
+        """Claim the oldest queued job of ``kinds`` (of any kind for None)."""
+        of_kinds = (
+            "" if kinds is None else f" AND kind IN ({', '.join('?' * len(kinds))})"
+        )
         with self._transaction():
             now = self._now(now)
             self._renew(worker, now + lease)
             rows = self._execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE state = ? "
+                f"SELECT {COLUMNS} FROM jobs WHERE state = ?{of_kinds} "
                 f"ORDER BY created_at, {self.order_column} LIMIT 1{self.lock_rows}",
-                (JobState.QUEUED.value,),
+                (JobState.QUEUED.value, *(kinds or ())),
             )
             if not rows:
                 return None
-            job = _record(rows[0])
+            job = record(rows[0])
             return self._write(
                 job,
                 JobEvent.CLAIM,
@@ -276,8 +210,9 @@ class SqlQueries(abc.ABC):
         now: float,
         reason: str,
         changes: Mapping[str, Any],
+        traceback: str | None = None,
     ) -> JobRecord:
-        """A transition by the worker that holds the attempt."""
+        """A transition by the worker that holds the attempt, with its traceback."""
         with self._transaction():
             now = self._now(now)
             job = self._get(job_id, lock=True)
@@ -288,6 +223,12 @@ class SqlQueries(abc.ABC):
                 changes = {**changes, "handbacks": job.handbacks + 1}
             if event is JobEvent.TIME_OUT:
                 changes = {**changes, "timed_out_at": now}
+            if traceback is not None:
+                self._execute(
+                    "INSERT INTO job_tracebacks (job, traceback) VALUES (?, ?) "
+                    "ON CONFLICT (job) DO UPDATE SET traceback = excluded.traceback",
+                    (job_id, traceback),
+                )
             return self._write(
                 job, event, now=now, worker=worker, reason=reason, changes=changes
             )
@@ -363,7 +304,7 @@ class SqlQueries(abc.ABC):
         with self._transaction():
             now = self._now(now)
             rows = self._execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE state IN (?, ?, ?) "
+                f"SELECT {COLUMNS} FROM jobs WHERE state IN (?, ?, ?) "
                 "AND NOT EXISTS (SELECT 1 FROM job_workers w "
                 f"WHERE w.id = jobs.worker AND w.expires_at > ?) ORDER BY id"
                 f"{self.lock_rows}",
@@ -375,7 +316,7 @@ class SqlQueries(abc.ABC):
                 ),
             )
             for row in rows:
-                rescued.append(self._settle(_record(row), now=now, rescuer=rescuer))
+                rescued.append(self._settle(record(row), now=now, rescuer=rescuer))
         return rescued
 
     def _settle(self, job: JobRecord, *, now: float, rescuer: str) -> JobRecord:
@@ -407,9 +348,9 @@ class SqlQueries(abc.ABC):
     def jobs(self, ids: Sequence[str] | None) -> list[JobRecord]:
         if ids is None:
             rows = self._execute(
-                f"SELECT {_COLUMNS} FROM jobs ORDER BY created_at, {self.order_column}"
+                f"SELECT {COLUMNS} FROM jobs ORDER BY created_at, {self.order_column}"
             )
-            return [_record(row) for row in rows]
+            return [record(row) for row in rows]
         return [self._get(job_id) for job_id in ids]
 
     def events(self, job_id: str | None) -> list[AuditEvent]:
@@ -419,6 +360,8 @@ class SqlQueries(abc.ABC):
             query += " WHERE job = ?"
             args = (job_id,)
         rows = self._execute(query + " ORDER BY seq", args)
+        if job_id is not None and not rows:
+            self._get(job_id)  # every job has its submission's row
         return [
             AuditEvent(
                 seq=row[0],

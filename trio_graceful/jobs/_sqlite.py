@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ._sql import SCHEMA, SqlQueries, StoreError
+from ._schema import SCHEMA
+from ._sql import SqlQueries, StoreError
 
 # How long opening a store waits for other processes to let go of the file.
 _OPEN_TIMEOUT: Final = 30.0

@@ -8,17 +8,26 @@ store. `open_store` picks the store from a URL.
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 import attrs
 import trio
 
+from .._core._util import check_seconds
+from ._checks import (
+    check_count,
+    check_duration,
+    check_job_id,
+    check_kinds,
+    check_text,
+    check_timeout,
+)
+from ._jsonrule import check_object
 from ._postgres import PostgresQueries
 from ._records import AuditEvent, JobRecord
-from ._sql import SqlQueries
+from ._sql import SqlQueries, StoreError
 from ._sqlite import SQLiteQueries
 from ._states import JobEvent
 
@@ -31,34 +40,16 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-def check_timeout(value: object, *, argument: str = "timeout") -> float | None:
-    """Return ``value`` if it is None or a positive, finite number of seconds.
-
-    Raises:
-        TypeError: if it is not a number.
-        ValueError: if it is zero, negative, infinite or NaN.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{argument} must be a number of seconds, not {value!r}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{argument} must be a finite number > 0, not {value!r}")
-    return float(value)
-
-
-def _check_worker(worker: object) -> str:
-    if not isinstance(worker, str) or not worker:
-        raise TypeError(f"worker must be a non-empty string, not {worker!r}")
-    return worker
-
-
 @attrs.define(eq=False)
 class JobStore:
     """Durable jobs in a database, for any number of workers and clients.
 
     Create one with `open_store`. All async methods are checkpoints; each
-    runs its queries in one transaction, in a worker thread.
+    runs its queries in one transaction, in a worker thread. Each checks its
+    arguments first, the same way on every store: `TypeError` for a value of
+    the wrong type, `ValueError` for one out of range (both naming the
+    argument and the value), `JobNotFoundError` for an unknown job id, and
+    `StoreError` once the store is closed. Nothing is written then.
 
     The constructor takes the store's synchronous operations; ``clock``,
     called in the Trio thread, returns the current time in seconds
@@ -71,12 +62,15 @@ class JobStore:
     _clock: Callable[[], float] = time.time
     _offload: bool = True
     _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
 
     def now(self) -> float:
         """The store's current time. Not a checkpoint."""
         return self._clock()
 
     async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        if self._closed:
+            raise StoreError("the job store is closed")
         async with self._lock:
             if not self._offload:
                 await trio.lowlevel.checkpoint()
@@ -94,8 +88,11 @@ class JobStore:
         Only for a store that `listens`; others raise `RuntimeError`. The
         wait runs in a thread, abandoned if cancelled. This is a checkpoint.
         """
+        timeout = check_duration(timeout, argument="timeout")
         if not self.listens:
             raise RuntimeError("this store does not listen; poll it instead")
+        if self._closed:
+            raise StoreError("the job store is closed")
         await trio.to_thread.run_sync(
             self._queries.wait_for_news, timeout, abandon_on_cancel=True
         )
@@ -110,51 +107,66 @@ class JobStore:
     ) -> str:
         """Queue a new job and return its id.
 
+        Every argument is checked before anything is written, the same way
+        on every store.
+
         Args:
-            kind (str): Which job function runs it.
-            payload (dict or None): Its arguments, JSON values.
+            kind (str): Which job function runs it: non-empty text without
+                NUL.
+            payload (dict or None): Its arguments, a JSON object: dicts with
+                string keys, lists, strings, ints, finite floats, bools and
+                None. None stands for ``{}``.
             timeout (float or None): Seconds one attempt may run.
-            max_attempts (int): Attempts that may end with a dead worker.
+            max_attempts (int): Attempts that may end with a dead worker,
+                in ``1..2147483647``.
 
         Raises:
-            TypeError: for an argument of the wrong type.
-            ValueError: for an empty kind, a timeout that is not a positive
-                finite number, or ``max_attempts < 1``.
+            TypeError: for an argument of the wrong type, or a payload that
+                is not a mapping or holds a value JSON has not (the message
+                gives its path).
+            ValueError: for an empty kind or one with a NUL, a timeout that
+                is not a positive finite number, ``max_attempts`` out of its
+                range, or NaN or an infinity in the payload.
+            StoreError: if the store is closed.
         """
-        if not isinstance(cast("object", kind), str):
-            raise TypeError(f"kind must be a string, not {kind!r}")
-        if not kind:
-            raise ValueError("kind must not be empty")
+        kind = check_text(kind, argument="kind")
+        checked = {} if payload is None else check_object(payload, what="payload")
         timeout = check_timeout(timeout)
-        if isinstance(max_attempts, bool) or not isinstance(
-            cast("object", max_attempts), int
-        ):
-            raise TypeError(f"max_attempts must be an int, not {max_attempts!r}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, not {max_attempts!r}")
+        max_attempts = check_count(max_attempts, argument="max_attempts")
         return await self._call(
             self._queries.submit,
             kind,
-            dict(payload or {}),
+            checked,
             timeout=timeout,
             max_attempts=max_attempts,
             now=self.now(),
         )
 
     async def claim(
-        self, worker: str, *, lease: float, stale_after: float | None = None
+        self,
+        worker: str,
+        *,
+        lease: float,
+        stale_after: float | None = None,
+        kinds: Collection[str] | None = None,
     ) -> JobRecord | None:
         """Claim the oldest queued job for ``worker`` and renew its lease.
 
-        ``stale_after`` is recorded with the job (`JobRecord.stale_after`).
+        Only jobs of ``kinds`` are claimed (any kind for None); the others
+        stay queued for a worker that knows them. ``stale_after`` is
+        recorded with the job (`JobRecord.stale_after`).
         """
-        worker = _check_worker(worker)
+        worker = check_text(worker, argument="worker")
+        lease = check_duration(lease, argument="lease")
+        if stale_after is not None:
+            stale_after = check_seconds("stale_after", stale_after)
         return await self._call(
             self._queries.claim,
             worker,
             now=self.now(),
             lease=lease,
             stale_after=stale_after,
+            kinds=check_kinds(kinds),
         )
 
     async def finish(
@@ -165,14 +177,23 @@ class JobStore:
         worker: str,
         attempt: int,
         reason: str,
+        traceback: str | None = None,
         **changes: Any,
     ) -> JobRecord:
         """Apply ``event`` to the job attempt that ``worker`` holds.
+
+        ``traceback``, if given, is stored with the job (`JobRecord.traceback`).
 
         Raises:
             IllegalJobTransitionError: if the table does not allow it.
             LostJobError: if the attempt is no longer the worker's.
         """
+        job_id = check_job_id(job_id)
+        worker = check_text(worker, argument="worker")
+        attempt = check_count(attempt, argument="attempt")
+        reason = check_text(reason, argument="reason", empty=True)
+        if traceback is not None:
+            traceback = check_text(traceback, argument="traceback")
         return await self._call(
             self._queries.finish,
             job_id,
@@ -181,17 +202,25 @@ class JobStore:
             attempt=attempt,
             now=self.now(),
             reason=reason,
+            traceback=traceback,
             changes=changes,
         )
 
     async def save_progress(
         self, job_id: str, progress: Mapping[str, Any], *, worker: str, attempt: int
     ) -> None:
-        """Persist a running job's progress and its heartbeat time."""
+        """Persist a running job's progress and its heartbeat time.
+
+        ``progress`` is a JSON object, checked as the payload of `submit`.
+        """
+        job_id = check_job_id(job_id)
+        checked = check_object(progress, what="progress")
+        worker = check_text(worker, argument="worker")
+        attempt = check_count(attempt, argument="attempt")
         await self._call(
             self._queries.save_progress,
             job_id,
-            dict(progress),
+            checked,
             worker=worker,
             attempt=attempt,
             now=self.now(),
@@ -205,25 +234,26 @@ class JobStore:
         ended is left as it is.
 
         Raises:
+            TypeError: if ``job_id`` is not a string.
             JobNotFoundError: if there is no such job.
         """
+        job_id = check_job_id(job_id)
         return await self._call(self._queries.request_cancel, job_id, now=self.now())
 
     async def cancel_requests(self, worker: str) -> list[str]:
         """Ids of the running jobs of ``worker`` whose cancellation was requested."""
+        worker = check_text(worker, argument="worker")
         return await self._call(self._queries.cancel_requests, worker)
 
     async def renew_lease(self, worker: str, *, lease: float) -> None:
         """Extend ``worker``'s lease to ``lease`` seconds from now."""
-        await self._call(
-            self._queries.renew_lease,
-            _check_worker(worker),
-            now=self.now(),
-            lease=lease,
-        )
+        worker = check_text(worker, argument="worker")
+        lease = check_duration(lease, argument="lease")
+        await self._call(self._queries.renew_lease, worker, now=self.now(), lease=lease)
 
     async def drop_lease(self, worker: str) -> None:
         """Remove ``worker``'s lease: it holds no jobs any more."""
+        worker = check_text(worker, argument="worker")
         await self._call(self._queries.drop_lease, worker)
 
     async def leases(self) -> dict[str, float]:
@@ -239,14 +269,17 @@ class JobStore:
         requested is cancelled. Only an expired lease counts: a job's age
         never does. Returns the jobs changed.
         """
+        rescuer = check_text(rescuer, argument="rescuer")
         return await self._call(self._queries.rescue, now=self.now(), rescuer=rescuer)
 
     async def get(self, job_id: str) -> JobRecord:
         """The job's record.
 
         Raises:
+            TypeError: if ``job_id`` is not a string.
             JobNotFoundError: if there is no such job.
         """
+        job_id = check_job_id(job_id)
         return await self._call(self._queries.get, job_id)
 
     async def jobs(self, ids: Sequence[str] | None = None) -> list[JobRecord]:
@@ -255,17 +288,36 @@ class JobStore:
         Clients read the status of their jobs with this.
 
         Raises:
+            TypeError: if ``ids`` is not a sequence of strings (a string
+                alone is not).
             JobNotFoundError: if one of ``ids`` is not a job of the store.
         """
+        if ids is not None:
+            if isinstance(ids, str) or not isinstance(cast("object", ids), Sequence):
+                raise TypeError(f"ids must be a sequence of job ids, not {ids!r}")
+            ids = [check_job_id(job_id) for job_id in ids]
         return await self._call(self._queries.jobs, ids)
 
     async def events(self, job_id: str | None = None) -> list[AuditEvent]:
-        """The audit log, of one job or of all, oldest first."""
+        """The audit log, of one job or of all, oldest first.
+
+        Raises:
+            TypeError: if ``job_id`` is not a string or None.
+            JobNotFoundError: if there is no such job.
+        """
+        if job_id is not None:
+            job_id = check_job_id(job_id)
         return await self._call(self._queries.events, job_id)
 
     def close(self) -> None:
-        """Close the database connection. Not a checkpoint."""
-        self._queries.close()
+        """Close the database connection. Not a checkpoint.
+
+        Every later operation raises `StoreError`; closing again does
+        nothing.
+        """
+        if not self._closed:
+            self._closed = True
+            self._queries.close()
 
     def __enter__(self) -> Self:
         """``with open_store(url) as store:`` closes the store after the block."""

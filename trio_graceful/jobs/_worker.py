@@ -26,7 +26,7 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 import attrs
@@ -38,15 +38,17 @@ from .._core._inbox import InboxReceiver
 from .._core._openbundle import open_bundle
 from .._core._trace import TraceKind, emit, tracing
 from .._core._util import check_seconds
+from ._checks import check_text
 from ._context import JobContext, JobStopped
+from ._functions import JobFunction, check_functions
+from ._jsonrule import to_json
 from ._records import JobRecord
 from ._sql import LostJobError
 from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._store import JobStore
+from ._traceback import report_failure
 
 logger = logging.getLogger("trio_graceful.jobs")
-
-JobFunction = Callable[[JobContext], Awaitable[Any]]
 
 
 def default_worker_id() -> str:
@@ -75,7 +77,7 @@ class _Running:
     job: JobRecord
     changed: trio.Event = attrs.field(factory=trio.Event)
     done: bool = False
-    result: Any = None
+    result: str = "null"  # what the function returned, as JSON text
     error: BaseException | None = None
     cancel_requested: bool = False
     draining: bool = False
@@ -92,10 +94,14 @@ class Worker:
     (``await runner.start_service(worker.serve)``), or call `serve` with an
     inbox of your own: STOP in that inbox begins the graceful shutdown.
 
+    The worker claims only jobs of the kinds in ``functions``; a job of
+    another kind stays queued for a worker that knows it.
+
     Args:
         store (JobStore): Where the jobs are.
         functions: Job kind -> ``async def fn(ctx: JobContext)``; what the
-            function returns (JSON) is the job's result.
+            function returns (JSON) is the job's result. See `JobFunction`
+            for what counts as async.
         worker_id (str): This worker's id, unique among the workers of the
             store.
         concurrency (int): Jobs run at once.
@@ -111,6 +117,10 @@ class Worker:
         heartbeat_interval (float): Least seconds between two saves of a
             job's progress (`JobContext.report_progress`).
         budget (ThreadBudget or None): For `JobContext.run_in_thread`.
+
+    Raises:
+        TypeError, ValueError: for a bad option or ``functions`` (as
+            `JobFunction` says); the message names the kind.
     """
 
     store: JobStore
@@ -132,6 +142,8 @@ class Worker:
     _news: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
+        self.functions = check_functions(self.functions)
+        check_text(self.worker_id, argument="worker_id")
         if isinstance(self.concurrency, bool) or not isinstance(
             cast("object", self.concurrency), int
         ):
@@ -199,7 +211,10 @@ class Worker:
                 await self._slot_freed.wait()
                 self._slot_freed = trio.Event()
             job = await self.store.claim(
-                self.worker_id, lease=self.lease, stale_after=self.stale_after
+                self.worker_id,
+                lease=self.lease,
+                stale_after=self.stale_after,
+                kinds=self.functions.keys(),
             )
             if job is None:
                 await self._pause()
@@ -291,16 +306,7 @@ class Worker:
 
     async def _run_attempt(self, running: _Running) -> None:
         job = running.job
-        fn = self.functions.get(job.kind)
-        if fn is None:
-            await self._write(
-                running,
-                JobEvent.FAIL,
-                "unknown kind",
-                error=f"no job function for kind {job.kind!r}",
-            )
-            return
-        ctx = await self._attend(running, fn)
+        ctx = await self._attend(running, self.functions[job.kind])
         if ctx is None:
             return
         if running.done and running.error is None:
@@ -308,13 +314,16 @@ class Worker:
                 running,
                 JobEvent.COMPLETE,
                 "returned",
-                result=json.dumps(running.result, default=str),
+                result=running.result,
                 failed_subtasks=json.dumps(ctx.failed_subtasks),
                 progress=json.dumps(ctx.progress),
                 elapsed=self._elapsed(job),
             )
         elif running.done and not isinstance(running.error, JobStopped):
-            await self._end(running, ctx, JobEvent.FAIL, f"raised {running.error!r}")
+            assert running.error is not None
+            why = f"raised {running.error!r}"
+            failure = report_failure(self.worker_id, job, why, running.error)
+            await self._end(running, ctx, JobEvent.FAIL, why, traceback=failure)
         elif running.cancel_requested:
             # Asked to cancel while draining: the request wins over a hand-back.
             await self._write(
@@ -383,12 +392,13 @@ class Worker:
         return ctx
 
     async def _end(
-        self, running: _Running, ctx: JobContext, event: JobEvent, why: str
+        self, running: _Running, ctx: JobContext, event: JobEvent, why: str, **more: Any
     ) -> None:
         await self._write(
             running,
             event,
             why,
+            **more,
             error=why,
             failed_subtasks=json.dumps(ctx.failed_subtasks),
             progress=json.dumps(ctx.progress),
@@ -421,7 +431,8 @@ class Worker:
     ) -> None:
         with bundle.on_stop(ctx._request_stop):  # pyright: ignore[reportPrivateUsage]
             try:
-                running.result = await fn(ctx)
+                # A result that is not JSON fails the job, with its path.
+                running.result = to_json(await fn(ctx), what="result")
             except Exception as exc:
                 running.error = exc
         running.done = True

@@ -1,0 +1,125 @@
+"""The argument checks of the job store: what both databases can hold.
+
+Every public operation checks its arguments here, in the Trio thread and
+before anything is written, so that a bad value gets the same clear error
+on SQLite and on PostgreSQL instead of whatever the driver makes of it
+(an `OverflowError` on one, a ``NumericValueOutOfRange`` on the other).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable
+from typing import Final, cast
+
+from ._states import JobNotFoundError
+
+# PostgreSQL's INTEGER, the narrower of the two stores' integer columns.
+MAX_INT: Final = 2**31 - 1
+
+
+def is_text(value: str) -> bool:
+    """True if both stores can hold ``value``: no NUL, no lone surrogate."""
+    if "\0" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_text(value: object, *, argument: str, empty: bool = False) -> str:
+    """Return ``value`` if it is a string both stores can hold (empty if ``empty``).
+
+    Raises:
+        TypeError: if it is not a string.
+        ValueError: if it is empty (unless ``empty``), or holds a NUL or a
+            lone surrogate.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a string, not {value!r}")
+    if not is_text(value):
+        raise ValueError(
+            f"{argument} must be text without NUL or lone surrogates, not {value!r}"
+        )
+    if not (value or empty):
+        raise ValueError(f"{argument} must not be empty")
+    return value
+
+
+def check_kinds(kinds: object) -> tuple[str, ...] | None:
+    """Return ``kinds`` as a sorted tuple of job kinds, or None for any kind.
+
+    Raises:
+        TypeError: if it is not a collection of strings (a string alone is not).
+        ValueError: if it is empty or a kind is not valid text.
+    """
+    if kinds is None:
+        return None
+    if isinstance(kinds, str) or not isinstance(kinds, Collection):
+        raise TypeError(
+            f"kinds must be a collection of job kinds or None, not {kinds!r}"
+        )
+    if not kinds:
+        raise ValueError("kinds must name at least one job kind, or be None for any")
+    checked = {
+        check_text(kind, argument="kind") for kind in cast("Iterable[object]", kinds)
+    }
+    return tuple(sorted(checked))
+
+
+def check_job_id(job_id: object) -> str:
+    """Return ``job_id`` if it is a string that can name a job.
+
+    Raises:
+        TypeError: if it is not a string.
+        JobNotFoundError: if no job can have that id (the stores cannot
+            even look it up).
+    """
+    if not isinstance(job_id, str):
+        raise TypeError(f"job_id must be a string, not {job_id!r}")
+    if not is_text(job_id):
+        raise JobNotFoundError(f"no job with id {job_id!r}")
+    return job_id
+
+
+def check_count(value: object, *, argument: str) -> int:
+    """Return ``value`` if it is an int in ``1..MAX_INT``.
+
+    Raises:
+        TypeError: if it is not an int (`bool` is refused too).
+        ValueError: if it is out of that range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be an int, not {value!r}")
+    if not 1 <= value <= MAX_INT:
+        raise ValueError(f"{argument} must be in 1..{MAX_INT}, not {value!r}")
+    return value
+
+
+def check_duration(value: object, *, argument: str) -> float:
+    """Return ``value`` as a float if it is a positive, finite number of seconds.
+
+    Raises:
+        TypeError: if it is not a number.
+        ValueError: if it is zero, negative, infinite or NaN.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{argument} must be a number of seconds, not {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond any float
+        seconds = math.inf
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"{argument} must be a finite number > 0, not {value!r}")
+    return seconds
+
+
+def check_timeout(value: object, *, argument: str = "timeout") -> float | None:
+    """Return None, or ``value`` if it is a positive, finite number of seconds.
+
+    Raises:
+        TypeError, ValueError: as `check_duration`.
+    """
+    return None if value is None else check_duration(value, argument=argument)
