@@ -24,9 +24,10 @@ import trio
 
 _ATTEMPTS = 3
 _TRIO_CORE = os.path.join(os.path.dirname(trio.__file__), "_core", "")
+# The whole package, not this module's layer only.
 _LIBRARIES = (
     os.path.join(os.path.dirname(trio.__file__), ""),
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), ""),
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),
 )
 
 
