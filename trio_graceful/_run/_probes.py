@@ -63,6 +63,9 @@ class Probes:
         status: Returns the program's status now.
         fail: Fails the startup with a message (a port that cannot be used).
         times: The run's stop times, for the time the manager should wait.
+        health_port: The health endpoint's port; None for no endpoint.
+        health_host: The address it listens on; None for every interface.
+        health_max_connections: The connections it holds at once.
     """
 
     def __init__(
@@ -71,10 +74,14 @@ class Probes:
         status: Callable[[], ProgramStatus],
         fail: Callable[[str], object],
         times: StopTimes,
+        health_port: int | None,
+        health_host: str | None,
+        health_max_connections: int,
     ) -> None:
         self._status = status
         self._fail = fail
         self._times = times
+        self._health = (health_port, health_host, health_max_connections)
         self._control: trio.Nursery | None = None
         self._health_address: tuple[str, int] | None = None
         # Read (and removed from the environment) once, before any child
@@ -95,19 +102,13 @@ class Probes:
         if self.notifier.watchdog_interval is not None:
             control.start_soon(self._keep_alive, name="<systemd watchdog>")
 
-    async def start_health_endpoint(
-        self,
-        services: ServiceStack,
-        *,
-        port: int | None,
-        host: str | None,
-        max_connections: int,
-    ) -> None:
-        """Start the health endpoint on ``port`` as a service, if there is a port.
+    async def start_health_endpoint(self, services: ServiceStack) -> None:
+        """Start the health endpoint among ``services``, if it has a port.
 
         A port that cannot be used fails the startup, with the port named.
         This is a checkpoint.
         """
+        port, host, max_connections = self._health
         if port is None:
             return
         try:

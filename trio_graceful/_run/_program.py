@@ -26,14 +26,13 @@ the probes' status and fail functions), so none of them knows the program.
 Signals escalate as the one table in ``_escalation`` says, counted once for
 this thread and the watchdog thread (``_watchdog``), which exits the process
 when a shutdown cannot finish. The exit status is a pure function of how the
-run ended (``_exitcodes.exit_status``).
+run ended (``_exitcodes.exit_status``), whose facts ``_outcome`` keeps.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 from collections.abc import Awaitable, Callable
 from typing import Final, Literal, final
@@ -44,16 +43,13 @@ from .._core._bundle import Bundle
 from .._core._cancellation import log_as_news
 from .._core._openbundle import open_bundle
 from .._core._util import (
-    as_group,
-    first_leaf,
-    in_trio_run,
     signal_name,
 )
 from ._escalation import Escalation, Observer, Step
-from ._exitcodes import Ending, exit_status
 from ._gcdeferral import GcHold
 from ._lifecycle import Lifecycle, LifecycleState
 from ._mainrun import MainEvents, MainRun
+from ._outcome import Outcome, interrupt_of, split_exits
 from ._probes import Probes
 from ._programstatus import ProgramStatus
 from ._runoptions import RunSettings
@@ -61,7 +57,6 @@ from ._services import ServiceStack
 from ._shutdown import Shutdown, ShutdownHooks
 from ._signals import SignalRelay
 from ._stages import Move, Stage, Stages
-from ._stoptime import StopTimes
 from ._watchdog import Watchdog
 
 logger = logging.getLogger("trio_graceful.runner")
@@ -78,17 +73,6 @@ PID_1_WARNING: Final = (
 )
 """Logged at startup by a program that is the first process of its PID
 namespace: a container without an init."""
-
-
-def _interrupt_of(exc: BaseException) -> BaseException | None:
-    """The first KeyboardInterrupt of a group holding nothing else but Cancelled."""
-    group = as_group(exc)
-    if group is None:
-        return None
-    interrupts, rest = group.split(KeyboardInterrupt)
-    if interrupts is None or (rest is not None and rest.split(trio.Cancelled)[1]):
-        return None
-    return first_leaf(interrupts)
 
 
 @final
@@ -127,6 +111,9 @@ class Program:
             status=self.status,
             fail=lambda message: self.fail(message, None, startup=True),
             times=settings.times,
+            health_port=options.health_port,
+            health_host=options.health_host,
+            health_max_connections=options.health_max_connections,
         )
         lifecycle = Lifecycle._create(settings.name)  # pyright: ignore[reportPrivateUsage]
         self._stages = Stages(lifecycle, self._probes.transitioned)
@@ -158,22 +145,15 @@ class Program:
         self._control: trio.Nursery | None = None
         self._root: Bundle | None = None
         self._services: ServiceStack | None = None
-        self._services_bundle: Bundle | None = None
-        self._failure: Literal["error", "startup"] | None = None
-        self._system_exit: tuple[object] | None = None
+        self._outcome = Outcome(options.exit_codes)
         self._exit_code: int | None = None
 
     # -- what the runner reads -------------------------------------------------------
 
     @property
-    def name(self) -> str:
-        """The program's name."""
-        return self._settings.name
-
-    @property
-    def times(self) -> StopTimes:
-        """The drain delay, grace and unwind budget in force."""
-        return self._settings.times
+    def settings(self) -> RunSettings:
+        """What the run does: its options, name and stop times."""
+        return self._settings
 
     @property
     def lifecycle(self) -> Lifecycle:
@@ -200,19 +180,15 @@ class Program:
         now = trio.current_time()
         stages = self._stages
         lifecycle = stages.lifecycle
-        deadline = self._shutdown.deadline
-        grace_left: float | None = None
-        if stages.shutting_down and deadline != math.inf:
-            grace_left = max(0.0, deadline - now)
         root, services = self._root, self._services
         return ProgramStatus(
-            name=self.name,
+            name=self._settings.name,
             state=lifecycle.state,
             reason=lifecycle.reason,
             ready=lifecycle.ready,
             live=lifecycle.state is not LifecycleState.TERMINATED,
             drain_delay_left=self._shutdown.drain_delay_left(now),
-            grace_left=grace_left,
+            grace_left=self._shutdown.grace_left(now),
             forced=stages.forced,
             tasks_running=0 if root is None else root.statistics().children_running,
             services_running=() if services is None else tuple(services.running),
@@ -240,7 +216,7 @@ class Program:
                     )
                 except BaseException as exc:
                     # As trio.run would raise it, not wrapped in our nurseries.
-                    interrupt = _interrupt_of(exc)
+                    interrupt = interrupt_of(exc)
                     if interrupt is None:
                         raise
                     raise interrupt from None
@@ -263,7 +239,6 @@ class Program:
         log_as_news(2)
         self.token = trio.lowlevel.current_trio_token()
         self.watchdog.root_task = trio.lowlevel.current_task()
-        options = self._settings.options
         with contextlib.ExitStack() as stack:
             async with trio.open_nursery() as control:
                 self._control = control
@@ -277,12 +252,7 @@ class Program:
                     stack.callback(self.relay.disconnect)
                     stack.enter_context(self.watchdog.counting_signals())
                 assert self._services is not None
-                await self._probes.start_health_endpoint(
-                    self._services,
-                    port=options.health_port,
-                    host=options.health_host,
-                    max_connections=options.health_max_connections,
-                )
+                await self._probes.start_health_endpoint(self._services)
                 await self._run_root_bundle(control)
                 self._stages.move(Move.ROOT_CLOSED)
                 root_closed.set()
@@ -295,7 +265,6 @@ class Program:
         # In a task of its own, so that neither top-level bundle is inside
         # the other: both are named by their own names in the log.
         async with open_bundle(name="services") as services_bundle:
-            self._services_bundle = services_bundle
             self._services = ServiceStack(services_bundle, self._service_failed)
             task_status.started()
             await root_closed.wait()
@@ -321,21 +290,12 @@ class Program:
 
     def _root_raised(self, exc: BaseException) -> None:
         """A task on the root bundle raised: fail, or exit as SystemExit asks."""
-        exits: BaseException | None
-        rest: BaseException | None
-        group = as_group(exc)
-        if group is not None:
-            exits, rest = group.split(SystemExit)
-        else:
-            exits, rest = (exc, None) if isinstance(exc, SystemExit) else (None, exc)
-        if rest is not None and not isinstance(rest, Exception):
+        system_exit, failure = split_exits(exc)
+        if failure is not None and not isinstance(failure, Exception):
             raise exc  # KeyboardInterrupt and the like end the run as in Trio
-        if exits is not None:
-            leaf = first_leaf(exits)
-            assert isinstance(leaf, SystemExit)
-            self.exit_requested("a task of the root bundle", leaf)
-        if rest is not None:
-            failure = exc if exits is None else rest
+        if system_exit is not None:
+            self.exit_requested("a task of the root bundle", system_exit)
+        if failure is not None:
             self.fail("a task of the root bundle raised", failure)
 
     def _service_failed(self, name: str, exc: BaseException) -> None:
@@ -346,8 +306,7 @@ class Program:
 
     def exit_requested(self, who: str, exc: SystemExit) -> None:
         """Take the exit status from the first SystemExit; begin the shutdown."""
-        if self._system_exit is None:
-            self._system_exit = (exc.code,)
+        self._outcome.exited(exc)
         self.begin_shutdown(f"{who} raised SystemExit({exc.code!r})")
 
     def fail(
@@ -355,8 +314,7 @@ class Program:
     ) -> None:
         """Log a failure once, set the exit status, begin the shutdown."""
         logger.error("%s", message, exc_info=exc)
-        if self._failure is None:
-            self._failure = "startup" if startup else "error"
+        self._outcome.failed(startup=startup)
         self.begin_shutdown(message)
 
     # -- the shutdown's hooks ------------------------------------------------------
@@ -374,12 +332,15 @@ class Program:
     def _stop_starting(self) -> None:
         assert self._services is not None
         self._services.close(
-            f"program {self.name!r} is shutting down; no new services can be started"
+            f"program {self._settings.name!r} is shutting down; "
+            "no new services can be started"
         )
         self._main.cancel_startup()
 
     def _draining(self, stage: Stage) -> Bundle | None:
-        return self._services_bundle if stage is Stage.FORCED_SERVICES else self._root
+        if stage is Stage.FORCED_SERVICES and self._services is not None:
+            return self._services.bundle
+        return self._root
 
     # -- signals ---------------------------------------------------------------------
 
@@ -420,26 +381,10 @@ class Program:
 
     # -- helpers -----------------------------------------------------------------------
 
-    def check_thread(self, method: str) -> None:
-        """Raise `RuntimeError` unless called in the run's thread."""
-        if not in_trio_run(self.token):
-            raise RuntimeError(
-                f"Runner.{method}() must be called from the Trio thread of "
-                f"program {self.name!r}; from another thread use "
-                f"trio.from_thread.run_sync(runner.{method})"
-            )
-
     def _exit_status(self) -> int:
-        code = self._system_exit[0] if self._system_exit is not None else None
-        if self._failure is None and not (code is None or isinstance(code, int)):
-            logger.error("%s", code)  # as Python prints SystemExit("message")
         forced_by: Literal["grace", "signal"] | None = None
         if self._stages.forced:
             forced_by = "signal" if self.escalation.level >= 2 else "grace"
-        ending = Ending(
-            failure=self._failure,
-            system_exit=self._system_exit,
-            first_signal=self.escalation.first_signal,
-            forced_by=forced_by,
+        return self._outcome.exit_status(
+            first_signal=self.escalation.first_signal, forced_by=forced_by
         )
-        return exit_status(self._settings.options.exit_codes, ending)

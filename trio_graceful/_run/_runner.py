@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from .._core._bundle import Bundle
-from .._core._util import NoPublicConstructor
+from .._core._util import NoPublicConstructor, in_trio_run
 from ._exitcodes import ExitCodes
 from ._lifecycle import Lifecycle
 from ._program import Program
@@ -72,24 +72,24 @@ class Runner(metaclass=NoPublicConstructor):
 
     def __repr__(self) -> str:
         return (
-            f"<trio_graceful.Runner {self._run.name!r} "
+            f"<trio_graceful.Runner {self._run.settings.name!r} "
             f"{self._run.lifecycle.state.value}>"
         )
 
     @property
     def name(self) -> str:
         """The program's name (the ``name`` given to `trio_graceful.run`)."""
-        return self._run.name
+        return self._run.settings.name
 
     @property
     def grace(self) -> float:
         """The grace period of the shutdown, in seconds."""
-        return self._run.times.grace
+        return self._run.settings.times.grace
 
     @property
     def drain_delay(self) -> float:
         """Seconds the program serves on, withdrawn, before the shutdown proper."""
-        return self._run.times.drain_delay
+        return self._run.settings.times.drain_delay
 
     @property
     def health_address(self) -> tuple[str, int] | None:
@@ -128,7 +128,7 @@ class Runner(metaclass=NoPublicConstructor):
             RuntimeError: if called from another thread; use
                 ``trio.from_thread.run_sync(runner.status)``.
         """
-        self._run.check_thread("status")
+        self._check_thread("status")
         return self._run.status()
 
     def request_shutdown(self, reason: str = "requested") -> None:
@@ -148,8 +148,16 @@ class Runner(metaclass=NoPublicConstructor):
         """
         if not isinstance(cast("object", reason), str):
             raise TypeError(f"reason must be a string, not {reason!r}")
-        self._run.check_thread("request_shutdown")
+        self._check_thread("request_shutdown")
         self._run.begin_shutdown(reason, delay=True)
+
+    def _check_thread(self, method: str) -> None:
+        if not in_trio_run(self._run.token):
+            raise RuntimeError(
+                f"Runner.{method}() must be called from the Trio thread of "
+                f"program {self.name!r}; from another thread use "
+                f"trio.from_thread.run_sync(runner.{method})"
+            )
 
     async def start_service(
         self,

@@ -101,6 +101,12 @@ class Shutdown:
             return None
         return max(0.0, self._delay_ends - now)
 
+    def grace_left(self, now: float) -> float | None:
+        """Seconds left at ``now`` of a finite grace under way, else None."""
+        if not self._stages.shutting_down or self._deadline == math.inf:
+            return None
+        return max(0.0, self._deadline - now)
+
     def attach(self, control: trio.Nursery) -> None:
         """Run the shutdown's timers and hard cancels in ``control``.
 
