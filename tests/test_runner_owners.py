@@ -96,6 +96,18 @@ def test_the_command_line_refuses_what_the_class_refuses(capsys, argv, option, v
     assert f"argument --{option.replace('_', '-')}: " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "option",
+    ["grace", "unwind_budget", "startup_timeout", "drain_delay", "stop_budget"],
+)
+def test_each_duration_is_checked_under_its_own_name(option):
+    with pytest.raises(ValueError, match=rf"^{option} must be >= 0, not -1$"):
+        RunOptions(**{option: -1})
+    assert getattr(RunOptions(**{option: 2}), option) == 2.0
+    assert type(getattr(RunOptions(**{option: 2}), option)) is float
+    assert getattr(RunOptions(**{option: 10**400}), option) == math.inf
+
+
 def test_the_options_are_refused_in_the_class_before_anything_runs():
     with pytest.raises(
         ValueError, match=r"^health_host='::1' needs a health_port \(0 picks"

@@ -58,13 +58,9 @@ class CommandLine:
     """The name of the value in the help, if not the option's."""
 
 
-def _seconds(value: object, field: attrs.Attribute[float]) -> float:
-    return check_seconds(field.name, value)
-
-
-# The checking converter of every duration. mypy's attrs plugin does not
-# know attrs.Converter (pyright and attrs do), hence the ignores below.
-_SECONDS: Final = attrs.Converter(_seconds, takes_field=True)
+# Each duration's converter is check_seconds with the option's name: it
+# refuses a bad value and makes a good one a float. mypy's attrs plugin takes
+# only named functions as converters, hence the ignores below.
 
 
 def _signals(signals: object) -> tuple[int, ...]:
@@ -149,20 +145,23 @@ class RunOptions:
 
     grace: float = attrs.field(
         default=10.0,
-        converter=_SECONDS,  # type: ignore[misc]
+        converter=functools.partial(check_seconds, "grace"),  # type: ignore[misc]
         metadata=_duration(
             help="seconds the graceful shutdown may take (default: %(default)g)",
         ),
     )
     unwind_budget: float = attrs.field(
         default=3.0,
-        converter=_SECONDS,  # type: ignore[misc]
+        converter=functools.partial(check_seconds, "unwind_budget"),  # type: ignore[misc]
         metadata=_duration(
             help="seconds a hard cancel may take to unwind before the emergency "
             "exit (default: %(default)g)",
         ),
     )
-    startup_timeout: float = attrs.field(default=math.inf, converter=_SECONDS)  # type: ignore[misc]
+    startup_timeout: float = attrs.field(
+        default=math.inf,
+        converter=functools.partial(check_seconds, "startup_timeout"),  # type: ignore[misc]
+    )
     signals: Collection[int] = attrs.field(
         default=(signal.SIGINT, signal.SIGTERM), converter=_signals
     )
@@ -174,14 +173,14 @@ class RunOptions:
     )
     drain_delay: float = attrs.field(
         default=0.0,
-        converter=_SECONDS,  # type: ignore[misc]
+        converter=functools.partial(check_seconds, "drain_delay"),  # type: ignore[misc]
         metadata=_duration(
             help="seconds to go on serving, not ready, after the signal (default: 0)",
         ),
     )
     stop_budget: float = attrs.field(
         default=math.inf,
-        converter=_SECONDS,  # type: ignore[misc]
+        converter=functools.partial(check_seconds, "stop_budget"),  # type: ignore[misc]
         metadata=_duration(
             help="seconds the orchestrator allows before SIGKILL (default: no limit)",
         ),
