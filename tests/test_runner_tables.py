@@ -41,7 +41,7 @@ def ready_stages() -> tuple[Stages, list[tuple[Event, LifecycleState]]]:
     list of the lifecycle transitions it reports from then on."""
     lifecycle = Lifecycle._create("p")  # pyright: ignore[reportPrivateUsage]
     transitions: list[tuple[Event, LifecycleState]] = []
-    stages = Stages(lifecycle, lambda event, source: transitions.append((event, source)))
+    stages = Stages(lifecycle, lambda *transition: transitions.append(transition))
     stages.start()
     stages.become_ready()
     assert transitions == [
