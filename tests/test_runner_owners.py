@@ -21,11 +21,14 @@ from pathlib import Path
 
 import attrs
 import pytest
+import trio
+import trio.testing
 
 import trio_graceful
 from trio_graceful import ExitCodes, LifecycleState, ProgramStatus, RunArguments
 from trio_graceful._run import _runoptions
 from trio_graceful._run._escalation import Escalation
+from trio_graceful._run._mainrun import MainEvents, MainRun
 from trio_graceful._run._probes import time_left
 from trio_graceful._run._runoptions import DEFAULT_OPTIONS, RunOptions
 from trio_graceful._run._stoptime import WATCHDOG_MARGIN, Part, StopTimes
@@ -188,6 +191,67 @@ def test_the_watchdog_arms_the_stop_time():
         assert watchdog._deadline == deadline  # pyright: ignore[reportPrivateUsage]
     finally:
         watchdog.stop()
+
+
+# -- main reports through callbacks ------------------------------------------------
+
+
+def recording_events(seen: list[object]) -> MainEvents:
+    return MainEvents(
+        ready=lambda: seen.append(("ready", trio.current_time())),
+        returned=lambda: seen.append(("returned", trio.current_time())),
+        exited=lambda exc: seen.append(("exited", exc.code)),
+        failed=lambda message, exc, startup: seen.append((message, exc, startup)),
+        shutting_down=lambda: False,
+    )
+
+
+async def test_main_reports_its_startup_and_its_end_to_the_record(
+    autojump_clock: trio.testing.MockClock,
+):
+    seen: list[object] = []
+
+    async def main(*, task_status: trio.TaskStatus[None]) -> None:
+        await trio.sleep(2)
+        task_status.started()
+        await trio.sleep(3)
+
+    run = MainRun(
+        main,
+        (),
+        takes_task_status=True,
+        startup_timeout=5,
+        events=recording_events(seen),
+    )
+    async with trio.open_nursery() as control, trio_graceful.open_bundle() as root:
+        await run.start(root, control)
+        assert run.ready
+    assert seen == [("ready", 2.0), ("returned", 5.0)]
+
+
+async def test_a_main_not_ready_in_time_fails_the_startup_through_the_record(
+    autojump_clock: trio.testing.MockClock,
+):
+    seen: list[object] = []
+
+    async def main(*, task_status: trio.TaskStatus[None]) -> None:
+        await trio.sleep(10)
+
+    run = MainRun(
+        main,
+        (),
+        takes_task_status=True,
+        startup_timeout=5,
+        events=recording_events(seen),
+    )
+    async with trio.open_nursery() as control, trio_graceful.open_bundle() as root:
+        control.start_soon(run.start, root, control)
+        await trio.sleep(5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == [("startup failed: main was not ready within 5 s", None, True)]
+        assert trio.current_time() == 5
+        run.cancel_startup()
+    assert not run.ready
 
 
 # -- the layer's imports ------------------------------------------------------------
