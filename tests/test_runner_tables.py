@@ -2,8 +2,9 @@
 and the collector's counted deferral.
 
 Each table is checked whole: every legal move and every illegal one (which
-raises and changes nothing), every escalation step done exactly once by each
-observer, and the exit status of every kind of ending.
+raises and changes nothing, the lifecycle included), every escalation step
+done exactly once by each observer, and the exit status of every kind of
+ending.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given, strategies as st
 
-from trio_graceful import ExitCodes
+from trio_graceful import ExitCodes, Lifecycle, LifecycleState
 from trio_graceful._run._escalation import ESCALATION, Escalation, Observer, Step
 from trio_graceful._run._exitcodes import Ending, exit_status
 from trio_graceful._run._gcdeferral import NO_FULL_COLLECTIONS, GcHold
+from trio_graceful._run._lifecycle import Event
 from trio_graceful._run._stages import (
     FORCED,
+    LIFECYCLE_EVENTS,
     ROOT_CLOSED,
     SHUTTING_DOWN,
     STAGES,
@@ -31,6 +34,32 @@ from trio_graceful._run._stages import (
 )
 
 # -- stages ---------------------------------------------------------------------------
+
+
+def ready_stages() -> tuple[Stages, list[tuple[Event, LifecycleState]]]:
+    """A Stages object of a program that has started and is ready, and the
+    list of the lifecycle transitions it reports from then on."""
+    lifecycle = Lifecycle._create("p")  # pyright: ignore[reportPrivateUsage]
+    transitions: list[tuple[Event, LifecycleState]] = []
+    stages = Stages(lifecycle, lambda *transition: transitions.append(transition))
+    stages.start()
+    stages.become_ready()
+    assert transitions == [
+        (Event.START, LifecycleState.UNINITIALIZED),
+        (Event.BECOME_READY, LifecycleState.STARTING),
+    ]
+    assert lifecycle.state is LifecycleState.READY
+    transitions.clear()
+    return stages, transitions
+
+
+# The lifecycle state of a ready program at each stage: derived, never moved
+# beside the stage.
+LIFECYCLE_AT: dict[Stage, LifecycleState] = {
+    Stage.RUNNING: LifecycleState.READY,
+    Stage.WITHDRAWN: LifecycleState.WITHDRAWN,
+    **dict.fromkeys(SHUTTING_DOWN, LifecycleState.SHUTTING_DOWN),
+}
 
 
 def at(stage: Stage) -> Stages:
@@ -50,16 +79,17 @@ def at(stage: Stage) -> Stages:
             Move.SERVICES_CLOSED,
         ],
     }
-    stages = Stages()
+    stages, _ = ready_stages()
     for move in paths[stage]:
         stages.move(move)
     assert stages.stage is stage
+    assert stages.lifecycle.state is LIFECYCLE_AT[stage]
     return stages
 
 
 @pytest.mark.parametrize("stage", list(Stage))
 @pytest.mark.parametrize("move", list(Move))
-def test_every_move_from_every_stage(stage, move):
+async def test_every_move_from_every_stage(stage, move):
     stages = at(stage)
     target = STAGES.get((stage, move))
     if target is None:
@@ -69,12 +99,50 @@ def test_every_move_from_every_stage(stage, move):
         ):
             stages.move(move)
         assert stages.stage is stage
+        assert stages.lifecycle.state is LIFECYCLE_AT[stage]
     else:
         assert stages.move(move) is target
         assert stages.stage is target
+        assert stages.lifecycle.state is LIFECYCLE_AT[target]
 
 
-def test_what_each_stage_means():
+async def test_the_stages_are_the_lifecycles_one_writer():
+    assert dict(LIFECYCLE_EVENTS) == {
+        Move.WITHDRAW: Event.WITHDRAW,
+        Move.SHUT_DOWN: Event.SHUT_DOWN,
+    }
+    stages, transitions = ready_stages()
+    stages.move(Move.WITHDRAW, "SIGTERM")
+    assert (stages.lifecycle.state, stages.lifecycle.reason) == (
+        LifecycleState.WITHDRAWN,
+        "SIGTERM",
+    )
+    stages.move(Move.SHUT_DOWN, "after the drain delay")
+    stages.move(Move.FORCE)
+    stages.move(Move.ROOT_CLOSED)
+    stages.move(Move.SERVICES_CLOSED)
+    # Each move the lifecycle sees is one transition, reported once; the
+    # others leave it alone.
+    assert transitions == [
+        (Event.WITHDRAW, LifecycleState.READY),
+        (Event.SHUT_DOWN, LifecycleState.WITHDRAWN),
+    ]
+    assert stages.lifecycle.reason == "after the drain delay"
+    stages.terminate("exit status 0")
+    assert stages.lifecycle.state is LifecycleState.TERMINATED
+    assert transitions[-1] == (Event.TERMINATE, LifecycleState.SHUTTING_DOWN)
+
+
+async def test_readiness_after_the_shutdown_began_leaves_the_lifecycle_alone():
+    lifecycle = Lifecycle._create("p")  # pyright: ignore[reportPrivateUsage]
+    stages = Stages(lifecycle, lambda event, source: None)
+    stages.start()
+    stages.move(Move.SHUT_DOWN, "SIGINT")
+    stages.become_ready()  # main called started() as its startup was cancelled
+    assert lifecycle.state is LifecycleState.SHUTTING_DOWN
+
+
+async def test_what_each_stage_means():
     assert set(Stage) - {Stage.RUNNING, Stage.WITHDRAWN} == SHUTTING_DOWN
     assert {Stage.FORCED_ROOT, Stage.FORCED_SERVICES, Stage.ENDED_FORCED} == FORCED
     assert {

@@ -6,6 +6,7 @@ and returns the exit status, resources keep their type, lines are bytes.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from collections.abc import AsyncGenerator
 
@@ -18,11 +19,14 @@ from trio_graceful import (
     InboxReceiver,
     Lifecycle,
     LifecycleState,
+    RunArguments,
     Runner,
     StdinLines,
+    add_run_arguments,
     current_runner,
     open_stdin_lines,
     run,
+    run_arguments,
 )
 
 
@@ -70,3 +74,14 @@ def entry_points() -> None:
     assert_type(run(plain, 3), int)
     assert_type(run(main, "db.sqlite", grace=5, exit_codes=ExitCodes(error=2)), int)
     run(plain, "three")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    run(plain, 3, second_signal="later")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+
+def command_line(parser: argparse.ArgumentParser) -> int:
+    # run()'s defaults come from its options class; its keywords stay typed.
+    add_run_arguments(parser, grace=30)
+    options = run_arguments(parser.parse_args([]))
+    assert_type(options, RunArguments)
+    assert_type(options["grace"], float)
+    assert_type(options["health_port"], "int | None")
+    return run(plain, 3, **options)

@@ -3,20 +3,22 @@
 A service is tuned for its orchestrator from the outside: how long its grace
 is, how long it goes on serving once withdrawn, how much time the
 orchestrator allows in all, where its health endpoint listens.
-`add_run_arguments` gives a program those options, each checked as `run`
-checks its argument, and `run_arguments` hands what was parsed to `run`.
+`add_run_arguments` gives a program those options and `run_arguments` hands
+what was parsed to `run`. Both are derived from ``_runoptions.RunOptions``:
+the options are its fields that carry a `CommandLine`, their defaults are its
+defaults, and each value is checked by the field's own check.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import math
 from collections.abc import Callable, Sequence
-from typing import TypedDict
+from typing import Any, Final, TypedDict, cast
 
-from .._children._admission import check_count
-from .._core._util import check_port, check_seconds
+import attrs
+
+from ._runoptions import COMMAND_LINE, DEFAULT_OPTIONS, CommandLine, command_line_fields
 
 
 class RunArguments(TypedDict):
@@ -31,39 +33,29 @@ class RunArguments(TypedDict):
     health_max_connections: int
 
 
-def _seconds(name: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
+# What each option is checked against: the defaults, with a health port, so
+# that --health-host alone passes (its need of a port is checked when all
+# options are parsed, by _refuse_host_without_port).
+_ALONE: Final = attrs.evolve(DEFAULT_OPTIONS, health_port=0)
+
+
+def _parse(field: attrs.Attribute[Any]) -> Callable[[str], object]:
+    """The argparse ``type`` of ``field``'s option: its text, checked by the field."""
+    line: CommandLine = field.metadata[COMMAND_LINE]
+    name = field.name
+
+    def parse(text: str) -> object:
+        refusal = f"{name} must be {line.requirement}, not {text!r}"
         try:
-            value = float(text)
+            value = line.text_to(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a number of seconds, not {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(refusal) from None
         try:
-            return check_seconds(name, value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parse
-
-
-def _health_port(text: str) -> int:
-    try:
-        return check_port("health_port", int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"health_port must be a port number in 0..65535, not {text!r}"
-        ) from None
-
-
-def _count(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            return check_count(name, int(text))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{name} must be an integer >= 1, not {text!r}"
-            ) from None
+            checked = attrs.evolve(_ALONE, **cast("dict[str, Any]", {name: value}))
+        except (TypeError, ValueError) as exc:
+            message = str(exc) if line.check_speaks else refusal
+            raise argparse.ArgumentTypeError(message) from None
+        return getattr(checked, name)
 
     return parse
 
@@ -98,8 +90,8 @@ def _refuse_host_without_port(parser: argparse.ArgumentParser) -> None:
 def add_run_arguments(
     parser: argparse.ArgumentParser,
     *,
-    grace: float = 10.0,
-    unwind_budget: float = 3.0,
+    grace: float = DEFAULT_OPTIONS.grace,
+    unwind_budget: float = DEFAULT_OPTIONS.unwind_budget,
 ) -> None:
     """Add the options of `trio_graceful.run` to ``parser``, in a group of their own.
 
@@ -122,58 +114,21 @@ def add_run_arguments(
     """
     if not isinstance(parser, argparse.ArgumentParser):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"parser must be an ArgumentParser, not {parser!r}")
-    grace = check_seconds("grace", grace)
-    unwind_budget = check_seconds("unwind_budget", unwind_budget)
+    defaults = attrs.evolve(DEFAULT_OPTIONS, grace=grace, unwind_budget=unwind_budget)
     group = parser.add_argument_group("shutdown and deployment")
-    add = group.add_argument
-    add(
-        "--grace",
-        type=_seconds("grace"),
-        default=grace,
-        help="seconds the graceful shutdown may take (default: %(default)g)",
-    )
-    add(
-        "--unwind-budget",
-        type=_seconds("unwind_budget"),
-        default=unwind_budget,
-        help="seconds a hard cancel may take to unwind before the emergency "
-        "exit (default: %(default)g)",
-    )
-    add(
-        "--drain-delay",
-        type=_seconds("drain_delay"),
-        default=0.0,
-        help="seconds to go on serving, not ready, after the signal (default: 0)",
-    )
-    add(
-        "--stop-budget",
-        type=_seconds("stop_budget"),
-        default=math.inf,
-        help="seconds the orchestrator allows before SIGKILL (default: no limit)",
-    )
-    add(
-        "--health-port",
-        type=_health_port,
-        default=None,
-        help="serve /livez, /readyz and /statusz on this port (0 picks one)",
-    )
-    add(
-        "--health-host",
-        default=None,
-        help="address of the health endpoint (default: every interface)",
-    )
-    add(
-        "--health-max-connections",
-        type=_count("health_max_connections"),
-        default=32,
-        metavar="N",
-        help="connections the health endpoint holds at once; at the limit the "
-        "oldest one waiting for a request is closed (default: %(default)d)",
-    )
+    for field in command_line_fields():
+        line: CommandLine = field.metadata[COMMAND_LINE]
+        group.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=_parse(field),
+            default=getattr(defaults, field.name),
+            help=line.help,
+            metavar=line.metavar,
+        )
     _refuse_host_without_port(parser)
 
 
-_NAMES = tuple(RunArguments.__annotations__)
+_NAMES: Final = tuple(field.name for field in command_line_fields())
 
 
 def run_arguments(args: argparse.Namespace) -> RunArguments:
@@ -192,12 +147,4 @@ def run_arguments(args: argparse.Namespace) -> RunArguments:
             f"args has no {', '.join(missing)}: parse them with a parser "
             f"given to add_run_arguments"
         )
-    return RunArguments(
-        grace=args.grace,
-        unwind_budget=args.unwind_budget,
-        drain_delay=args.drain_delay,
-        stop_budget=args.stop_budget,
-        health_port=args.health_port,
-        health_host=args.health_host,
-        health_max_connections=args.health_max_connections,
-    )
+    return cast("RunArguments", {name: getattr(args, name) for name in _NAMES})

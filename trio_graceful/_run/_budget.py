@@ -5,9 +5,9 @@ SIGKILL: Kubernetes' ``terminationGracePeriodSeconds``, systemd's
 ``TimeoutStopSec``, ``docker stop -t``. A `trio_graceful.run` shutdown takes
 at most ``drain_delay + grace + unwind_budget`` from the first signal, and
 the watchdog's emergency exit up to `WATCHDOG_MARGIN` more (a thread still
-busy gets a second of running time, the report a second), so that sum must
-fit in the budget,
-or the orchestrator's SIGKILL comes first: no emergency report, no exit
+busy gets a second of running time, the report a second): `StopTimes.total`,
+from the one sum of ``_stoptime``. That must fit in the budget, or the
+orchestrator's SIGKILL comes first: no emergency report, no exit
 status, the drain cut at a moment nobody chose.
 
 `fit_stop_budget` is the policy when it does not fit: the grace is shortened
@@ -18,38 +18,7 @@ hung), then the drain delay, then the unwind budget.
 
 from __future__ import annotations
 
-import math
-from typing import Final
-
-import attrs
-
-from ._watchdog import BUSY_ALLOWANCE, REPORT_TIMEOUT
-
-WATCHDOG_MARGIN: Final = BUSY_ALLOWANCE + REPORT_TIMEOUT
-"""Seconds the emergency exit may take past the unwind budget."""
-
-
-@attrs.frozen
-class StopTimes:
-    """The three parts of a shutdown, in seconds, and the budget that holds them."""
-
-    drain_delay: float
-    grace: float
-    unwind_budget: float
-    stop_budget: float = math.inf
-
-    @property
-    def total(self) -> float:
-        """The longest a shutdown can take after the first signal."""
-        return self.drain_delay + self.grace + self.unwind_budget + WATCHDOG_MARGIN
-
-    def arithmetic(self) -> str:
-        """The sum, written out for the log: ``drain_delay 5 + grace 30 + ...``."""
-        return (
-            f"drain_delay {self.drain_delay:g} s + grace {self.grace:g} s + "
-            f"unwind_budget {self.unwind_budget:g} s + {WATCHDOG_MARGIN:g} s for "
-            f"the emergency exit = {self.total:g} s"
-        )
+from ._stoptime import WATCHDOG_MARGIN as WATCHDOG_MARGIN, StopTimes as StopTimes
 
 
 def fit_stop_budget(times: StopTimes) -> tuple[StopTimes, str | None]:

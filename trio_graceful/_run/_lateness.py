@@ -1,7 +1,7 @@
 """How late a thread is, counting only the time it had a chance to finish.
 
 The watchdog gives a Trio thread that is still busy when its deadline passes
-a little more time (`_watchdog.BUSY_ALLOWANCE`). On a loaded machine, wall
+a little more time (`_stoptime.BUSY_ALLOWANCE`). On a loaded machine, wall
 time is a poor measure of that: a thread that waits for a CPU a whole second
 has not been given a second. `Lateness` counts
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import TYPE_CHECKING, Final, final
+from collections.abc import Callable
+from typing import Final, final
 
 import trio
 
@@ -31,10 +32,9 @@ from .._deploy._health import HealthAnswer
 from .._deploy._healthserve import open_health_listeners, serve_health
 from .._deploy._sdnotify import notifier_from_environment
 from ._lifecycle import Event, LifecycleState
-from ._programstatus import ProgramStatus, current_status
-
-if TYPE_CHECKING:
-    from ._program import Program
+from ._programstatus import ProgramStatus
+from ._services import ServiceStack
+from ._stoptime import Part, StopTimes
 
 logger = logging.getLogger("trio_graceful.runner")
 
@@ -44,44 +44,82 @@ PROGRESS_INTERVAL: Final = 1.0
 _LEAVING: Final = frozenset({LifecycleState.WITHDRAWN, LifecycleState.SHUTTING_DOWN})
 
 
+def time_left(times: StopTimes, status: ProgramStatus) -> float:
+    """The latest the shutdown in ``status`` can still take (the watchdog's bound)."""
+    if status.forced:
+        return times.time_left(Part.UNWIND)
+    if status.drain_delay_left is not None:
+        return times.time_left(Part.DRAIN_DELAY, status.drain_delay_left)
+    if status.grace_left is not None:
+        return times.time_left(Part.GRACE, status.grace_left)
+    return math.inf  # no grace limit: the manager's own timeout applies
+
+
 @final
 class Probes:
-    """The health endpoint and the service manager's notifications of one run."""
+    """The health endpoint and the service manager's notifications of one run.
 
-    def __init__(self, program: Program) -> None:
-        self._program = program
+    Args:
+        status: Returns the program's status now.
+        fail: Fails the startup with a message (a port that cannot be used).
+        times: The run's stop times, for the time the manager should wait.
+        health_port: The health endpoint's port; None for no endpoint.
+        health_host: The address it listens on; None for every interface.
+        health_max_connections: The connections it holds at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        status: Callable[[], ProgramStatus],
+        fail: Callable[[str], object],
+        times: StopTimes,
+        health_port: int | None,
+        health_host: str | None,
+        health_max_connections: int,
+    ) -> None:
+        self._status = status
+        self._fail = fail
+        self._times = times
+        self._health = (health_port, health_host, health_max_connections)
+        self._control: trio.Nursery | None = None
+        self._health_address: tuple[str, int] | None = None
         # Read (and removed from the environment) once, before any child
         # process can inherit it.
         self.notifier = notifier_from_environment()
 
+    @property
+    def health_address(self) -> tuple[str, int] | None:
+        """Where the health endpoint listens, once it does; else None."""
+        return self._health_address
+
     def start(self, control: trio.Nursery) -> None:
-        """Start the keep-alives, if the manager wants them. Not a checkpoint."""
+        """Start the keep-alives, if the manager wants them. Not a checkpoint.
+
+        The keep-alives and, later, the shutdown's progress run in ``control``.
+        """
+        self._control = control
         if self.notifier.watchdog_interval is not None:
             control.start_soon(self._keep_alive, name="<systemd watchdog>")
 
-    async def start_health_endpoint(self) -> None:
-        """Start the health endpoint as a service, if asked to. This is a checkpoint.
+    async def start_health_endpoint(self, services: ServiceStack) -> None:
+        """Start the health endpoint among ``services``, if it has a port.
 
         A port that cannot be used fails the startup, with the port named.
+        This is a checkpoint.
         """
-        program = self._program
-        port = program.options.health_port
+        port, host, max_connections = self._health
         if port is None:
             return
         try:
-            listeners = await open_health_listeners(program.options.health_host, port)
+            listeners = await open_health_listeners(host, port)
         except OSError as exc:
-            program.fail(f"startup failed: {exc}", None, startup=True)
+            self._fail(f"startup failed: {exc}")
             return
-        assert program.services is not None
-        serve = functools.partial(
-            serve_health, max_connections=program.options.health_max_connections
-        )
-        await program.services.start(
-            serve, (listeners, self._answer), "health endpoint"
-        )
-        host, bound = listeners[0].socket.getsockname()[:2]
-        program.health_address = (str(host), int(bound))
+        serve = functools.partial(serve_health, max_connections=max_connections)
+        await services.start(serve, (listeners, self._answer), "health endpoint")
+        bound_host, bound = listeners[0].socket.getsockname()[:2]
+        self._health_address = (str(bound_host), int(bound))
         logger.info("health endpoint on port %d", bound)
 
     def transitioned(self, event: Event, source: LifecycleState) -> None:
@@ -89,20 +127,18 @@ class Probes:
         notifier = self.notifier
         if not notifier.enabled:
             return
-        status = current_status(self._program)
+        status = self._status()
         if event is Event.BECOME_READY:
             notifier.ready(status=status.describe())
         elif status.state in _LEAVING and source not in _LEAVING:
             notifier.stopping(status=status.describe())
-            assert self._program.control is not None
-            self._program.control.start_soon(
-                self._report_progress, name="<systemd progress>"
-            )
+            assert self._control is not None
+            self._control.start_soon(self._report_progress, name="<systemd progress>")
         elif status.state is not LifecycleState.TERMINATED:
             notifier.status(status.describe())
 
     def _answer(self) -> HealthAnswer:
-        status = current_status(self._program)
+        status = self._status()
         return HealthAnswer(
             live=status.live,
             ready=status.ready,
@@ -110,21 +146,10 @@ class Probes:
             reason="" if status.ready else status.describe(),
         )
 
-    def _time_left(self, status: ProgramStatus) -> float:
-        """The latest the shutdown can still take from now (the watchdog's bound)."""
-        options = self._program.options
-        if status.forced:
-            return options.unwind_budget
-        if status.drain_delay_left is not None:
-            return status.drain_delay_left + options.grace + options.unwind_budget
-        if status.grace_left is not None:
-            return status.grace_left + options.unwind_budget
-        return math.inf  # no grace limit: the manager's own timeout applies
-
     async def _report_progress(self) -> None:
         while True:
-            status = current_status(self._program)
-            left = self._time_left(status)
+            status = self._status()
+            left = time_left(self._times, status)
             if left == math.inf:
                 self.notifier.status(status.describe())
             else:

@@ -2,22 +2,16 @@
 
 One snapshot answers every observer: the health endpoint's ``/readyz`` and
 ``/statusz``, the service manager's ``STATUS=`` lines, and `Runner.status`.
-It is computed from the state's one owners (the lifecycle, the runner's
-stage, the bundles) each time it is asked for, never kept beside them.
+It is computed by ``Program.status`` from the state's one owners (the
+lifecycle, the runner's stage, the shutdown's deadlines, the bundles) each
+time it is asked for, never kept beside them.
 """
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
-
 import attrs
-import trio
 
 from ._lifecycle import LifecycleState
-
-if TYPE_CHECKING:
-    from ._program import Program
 
 
 @attrs.frozen(kw_only=True)
@@ -81,29 +75,3 @@ class ProgramStatus:
         result["state"] = self.state.value
         result["services_running"] = list(self.services_running)
         return result
-
-
-def current_status(program: Program) -> ProgramStatus:
-    """The status of ``program`` now. Not a checkpoint; call it in the run's thread."""
-    now = trio.current_time()
-    stages = program.stages
-    lifecycle = program.lifecycle
-    root = program.root
-    services = program.services
-    grace_left: float | None = None
-    if stages.shutting_down and program.deadline != math.inf:
-        grace_left = max(0.0, program.deadline - now)
-    return ProgramStatus(
-        name=program.options.name,
-        state=lifecycle.state,
-        reason=lifecycle.reason,
-        ready=lifecycle.ready,
-        live=lifecycle.state is not LifecycleState.TERMINATED,
-        drain_delay_left=(
-            max(0.0, program.delay_ends - now) if stages.withdrawn else None
-        ),
-        grace_left=grace_left,
-        forced=stages.forced,
-        tasks_running=0 if root is None else root.statistics().children_running,
-        services_running=() if services is None else tuple(services.running),
-    )

@@ -1,6 +1,7 @@
 """`run`: a Trio program's entry point, and `Runner`, the program's face to its tasks.
 
-`run` checks its arguments (``_runoptions``) and hands the run to a
+`run` checks its arguments (``_runoptions.RunOptions``, where each one's
+default and check are defined) and hands the run to a
 ``_program.Program``, which holds its stages, signals and shutdown; the tasks
 of the run reach it as the `Runner` that `current_runner` returns.
 """
@@ -8,23 +9,21 @@ of the run reach it as the `Runner` that `current_runner` returns.
 from __future__ import annotations
 
 import contextvars
-import math
-import signal
 import threading
 from collections.abc import Awaitable, Callable, Collection
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, final
 
 import attrs
 import trio
 
 from .._core._bundle import Bundle
-from .._core._util import NoPublicConstructor
+from .._core._util import NoPublicConstructor, in_trio_run
 from ._exitcodes import ExitCodes
 from ._lifecycle import Lifecycle
 from ._program import Program
-from ._programstatus import ProgramStatus, current_status
-from ._runoptions import check_run_arguments
+from ._programstatus import ProgramStatus
+from ._runoptions import DEFAULT_OPTIONS, RunOptions, settle
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -32,9 +31,6 @@ if TYPE_CHECKING:
     PosArgT = TypeVarTuple("PosArgT")
 
 T = TypeVar("T")
-
-DEFAULT_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
-DEFAULT_EXIT_CODES: Final = ExitCodes()
 
 _current: contextvars.ContextVar[Runner] = contextvars.ContextVar(
     "trio_graceful.current_runner"
@@ -76,24 +72,24 @@ class Runner(metaclass=NoPublicConstructor):
 
     def __repr__(self) -> str:
         return (
-            f"<trio_graceful.Runner {self._run.options.name!r} "
+            f"<trio_graceful.Runner {self._run.settings.name!r} "
             f"{self._run.lifecycle.state.value}>"
         )
 
     @property
     def name(self) -> str:
         """The program's name (the ``name`` given to `trio_graceful.run`)."""
-        return self._run.options.name
+        return self._run.settings.name
 
     @property
     def grace(self) -> float:
         """The grace period of the shutdown, in seconds."""
-        return self._run.options.grace
+        return self._run.settings.times.grace
 
     @property
     def drain_delay(self) -> float:
         """Seconds the program serves on, withdrawn, before the shutdown proper."""
-        return self._run.options.drain_delay
+        return self._run.settings.times.drain_delay
 
     @property
     def health_address(self) -> tuple[str, int] | None:
@@ -132,8 +128,8 @@ class Runner(metaclass=NoPublicConstructor):
             RuntimeError: if called from another thread; use
                 ``trio.from_thread.run_sync(runner.status)``.
         """
-        self._run.check_thread("status")
-        return current_status(self._run)
+        self._check_thread("status")
+        return self._run.status()
 
     def request_shutdown(self, reason: str = "requested") -> None:
         """Begin the graceful shutdown, as the first signal would.
@@ -152,8 +148,16 @@ class Runner(metaclass=NoPublicConstructor):
         """
         if not isinstance(cast("object", reason), str):
             raise TypeError(f"reason must be a string, not {reason!r}")
-        self._run.check_thread("request_shutdown")
+        self._check_thread("request_shutdown")
         self._run.begin_shutdown(reason, delay=True)
+
+    def _check_thread(self, method: str) -> None:
+        if not in_trio_run(self._run.token):
+            raise RuntimeError(
+                f"Runner.{method}() must be called from the Trio thread of "
+                f"program {self.name!r}; from another thread use "
+                f"trio.from_thread.run_sync(runner.{method})"
+            )
 
     async def start_service(
         self,
@@ -224,19 +228,19 @@ class Runner(metaclass=NoPublicConstructor):
 def run(
     main: Callable[[Unpack[PosArgT]], Awaitable[None]],
     *args: Unpack[PosArgT],
-    grace: float = 10.0,
-    unwind_budget: float = 3.0,
-    startup_timeout: float = math.inf,
-    signals: Collection[int] = DEFAULT_SIGNALS,
-    exit_codes: ExitCodes = DEFAULT_EXIT_CODES,
-    clock: trio.abc.Clock | None = None,
-    name: str | None = None,
-    second_signal: Literal["force", "exit"] = "force",
-    drain_delay: float = 0.0,
-    stop_budget: float = math.inf,
-    health_port: int | None = None,
-    health_host: str | None = None,
-    health_max_connections: int = 32,
+    grace: float = DEFAULT_OPTIONS.grace,
+    unwind_budget: float = DEFAULT_OPTIONS.unwind_budget,
+    startup_timeout: float = DEFAULT_OPTIONS.startup_timeout,
+    signals: Collection[int] = DEFAULT_OPTIONS.signals,
+    exit_codes: ExitCodes = DEFAULT_OPTIONS.exit_codes,
+    clock: trio.abc.Clock | None = DEFAULT_OPTIONS.clock,
+    name: str | None = DEFAULT_OPTIONS.name,
+    second_signal: Literal["force", "exit"] = DEFAULT_OPTIONS.second_signal,
+    drain_delay: float = DEFAULT_OPTIONS.drain_delay,
+    stop_budget: float = DEFAULT_OPTIONS.stop_budget,
+    health_port: int | None = DEFAULT_OPTIONS.health_port,
+    health_host: str | None = DEFAULT_OPTIONS.health_host,
+    health_max_connections: int = DEFAULT_OPTIONS.health_max_connections,
 ) -> int:
     """Run ``main(*args)`` as a program that shuts down well; return its exit status.
 
@@ -347,23 +351,28 @@ def run(
         RuntimeError: if signals are to be handled and this is not the main
             thread, or if called from inside a Trio run.
     """
-    options, budget_warning = check_run_arguments(
+    # The options are defined, with their defaults and checks, in RunOptions.
+    settings = settle(
         main,
-        grace=grace,
-        unwind_budget=unwind_budget,
-        startup_timeout=startup_timeout,
-        signals=signals,
-        exit_codes=exit_codes,
-        clock=clock,
-        name=name,
-        second_signal=second_signal,
-        drain_delay=drain_delay,
-        stop_budget=stop_budget,
-        health_port=health_port,
-        health_host=health_host,
-        health_max_connections=health_max_connections,
+        RunOptions(
+            grace=grace,
+            unwind_budget=unwind_budget,
+            startup_timeout=startup_timeout,
+            signals=signals,
+            exit_codes=exit_codes,
+            clock=clock,
+            name=name,
+            second_signal=second_signal,
+            drain_delay=drain_delay,
+            stop_budget=stop_budget,
+            health_port=health_port,
+            health_host=health_host,
+            health_max_connections=health_max_connections,
+        ),
     )
-    if options.signals and threading.current_thread() is not threading.main_thread():
+    if settings.options.signals and (
+        threading.current_thread() is not threading.main_thread()
+    ):
         raise RuntimeError(
             "trio_graceful.run() must be called from the main thread to handle "
             "signals; pass signals=() to run it in another thread"
@@ -377,7 +386,9 @@ def run(
             "trio_graceful.run() was called from inside a Trio run; "
             "it starts a run of its own"
         )
-    program = Program(main, tuple(args), options, budget_warning=budget_warning)
-    runner = Runner._create(program)  # pyright: ignore[reportPrivateUsage]
-    program.on_start = lambda: _current.set(runner)
+    program = Program(main, tuple(args), settings, on_start=_set_current)
     return program.execute()
+
+
+def _set_current(program: Program) -> None:
+    _current.set(Runner._create(program))  # pyright: ignore[reportPrivateUsage]

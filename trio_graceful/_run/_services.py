@@ -79,6 +79,11 @@ class ServiceStack:
         self._closed_reason: str | None = None
 
     @property
+    def bundle(self) -> Bundle:
+        """The bundle the services run in."""
+        return self._bundle
+
+    @property
     def names(self) -> list[str]:
         """The names of the services that became ready, in start order."""
         return [entry.name for entry in self._entries]

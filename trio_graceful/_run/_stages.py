@@ -16,19 +16,25 @@ The rules the table encodes:
   kept when the run moves on, up to the end (the exit status needs it).
 * Nothing leaves an ended stage.
 
-The public `Lifecycle` is the coarser view of the same run that programs see.
+The public `Lifecycle` is the coarser view of the same run that programs
+see, and `Stages` is its one writer for the runner: a move that the
+lifecycle sees applies its event (`LIFECYCLE_EVENTS`) in the same call, so
+the two never disagree, and the run's start, readiness and end go through
+`Stages` too. Only a program's own `Lifecycle.degrade` and
+`Lifecycle.recover` go to the lifecycle directly.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final, final
 
 import trio
 
 from .._core._statetable import reachable
+from ._lifecycle import Event, Lifecycle, LifecycleState
 
 
 class Stage(enum.Enum):
@@ -71,6 +77,11 @@ STAGES: Final[Mapping[tuple[Stage, Move], Stage]] = MappingProxyType(
 )
 """Every legal move: ``(stage, move) -> next stage``."""
 
+LIFECYCLE_EVENTS: Final[Mapping[Move, Event]] = MappingProxyType(
+    {Move.WITHDRAW: Event.WITHDRAW, Move.SHUT_DOWN: Event.SHUT_DOWN}
+)
+"""The lifecycle event that each move the lifecycle sees applies."""
+
 
 def _after(moves: frozenset[Move]) -> frozenset[Stage]:
     """The stages that one of ``moves``, then any moves, lead to."""
@@ -94,16 +105,33 @@ class IllegalMoveError(RuntimeError):
 
 @final
 class Stages:
-    """The stage of one run; only the runner moves it."""
+    """The stage of one run, and the one writer of its lifecycle.
 
-    def __init__(self) -> None:
+    Args:
+        lifecycle: The run's lifecycle, which only this object moves.
+        on_transition: Called with the event and the state it left after
+            each transition of the lifecycle.
+    """
+
+    def __init__(
+        self,
+        lifecycle: Lifecycle,
+        on_transition: Callable[[Event, LifecycleState], object],
+    ) -> None:
         self._stage = Stage.RUNNING
         self._shutting_down = trio.Event()
+        self._lifecycle = lifecycle
+        self._on_transition = on_transition
 
     @property
     def stage(self) -> Stage:
         """The current `Stage`."""
         return self._stage
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """The run's `Lifecycle`, which this object moves."""
+        return self._lifecycle
 
     @property
     def shutting_down(self) -> bool:
@@ -125,8 +153,14 @@ class Stages:
         """Whether the root bundle has closed (the services drain, or have)."""
         return self._stage in ROOT_CLOSED
 
-    def move(self, move: Move) -> Stage:
-        """Apply ``move`` and return the new stage.
+    def move(self, move: Move, reason: str = "") -> Stage:
+        """Apply ``move``, and its lifecycle event if it has one; return the new stage.
+
+        Not a checkpoint.
+
+        Args:
+            move (Move): The move.
+            reason (str): Why, for the lifecycle.
 
         Raises:
             IllegalMoveError: if ``(stage, move)`` is not in `STAGES`.
@@ -139,8 +173,32 @@ class Stages:
         self._stage = target
         if target in SHUTTING_DOWN:
             self._shutting_down.set()
+        event = LIFECYCLE_EVENTS.get(move)
+        if event is not None:
+            self._transition(event, reason)
         return target
+
+    def start(self) -> None:
+        """Tell the lifecycle that the program starts. Not a checkpoint."""
+        self._transition(Event.START, "")
+
+    def become_ready(self) -> None:
+        """Tell the lifecycle that ``main`` is ready, if it is still starting.
+
+        Not a checkpoint.
+        """
+        if self._lifecycle.state is LifecycleState.STARTING:
+            self._transition(Event.BECOME_READY, "main is ready")
+
+    def terminate(self, reason: str) -> None:
+        """Tell the lifecycle that the run has ended. Not a checkpoint."""
+        self._transition(Event.TERMINATE, reason)
 
     async def wait_shutting_down(self) -> None:
         """Wait until the shutdown has begun. This is a checkpoint."""
         await self._shutting_down.wait()
+
+    def _transition(self, event: Event, reason: str) -> None:
+        source = self._lifecycle.state
+        self._lifecycle._transition(event, reason)  # pyright: ignore[reportPrivateUsage]
+        self._on_transition(event, source)

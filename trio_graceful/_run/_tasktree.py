@@ -24,9 +24,9 @@ import trio
 
 _ATTEMPTS = 3
 _TRIO_CORE = os.path.join(os.path.dirname(trio.__file__), "_core", "")
+# The whole package, not this module's layer only.
 _LIBRARIES = (
     os.path.join(os.path.dirname(trio.__file__), ""),
-    # trio_graceful itself, all of it: this module is two levels down.
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),
 )
 

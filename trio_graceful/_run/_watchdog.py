@@ -65,15 +65,10 @@ from ._escalation import Escalation, Observer, Step
 from ._exitcodes import Ending, ExitCodes, exit_status
 from ._lateness import Lateness
 from ._signals import blocked
+from ._stoptime import BUSY_ALLOWANCE, REPORT_TIMEOUT, Part, StopTimes
 from ._tasktree import format_task_tree, format_thread_stacks
 
 logger = logging.getLogger("trio_graceful.runner")
-
-REPORT_TIMEOUT: Final = 1.0
-"""Seconds the emergency report may take before ``os._exit`` runs anyway."""
-
-BUSY_ALLOWANCE: Final = 1.0
-"""Seconds past its deadline the watchdog gives a Trio thread that is busy."""
 
 IDLE_ALLOWANCE: Final = 0.05
 """Seconds past its deadline that one idle wait of the Trio thread may last."""
@@ -141,10 +136,8 @@ class Watchdog:
     """Ends the process with ``os._exit`` when a shutdown hangs.
 
     Args:
-        grace: The run's grace period, in seconds.
-        drain_delay: Seconds a program that is ready serves on, withdrawn,
-            between the first signal and the grace.
-        unwind_budget: Seconds a hard cancel may take to unwind.
+        times: The run's drain delay, grace and unwind budget; its deadlines
+            are what `StopTimes.time_left` says.
         signals: The shutdown signals to count.
         exit_codes: The run's exit statuses.
         escalation: The run's signal count, shared with the Trio thread.
@@ -153,16 +146,12 @@ class Watchdog:
     def __init__(
         self,
         *,
-        grace: float,
-        drain_delay: float = 0.0,
-        unwind_budget: float,
+        times: StopTimes,
         signals: Collection[int],
         exit_codes: ExitCodes,
         escalation: Escalation,
     ) -> None:
-        self._grace = grace
-        self._drain_delay = drain_delay
-        self._unwind_budget = unwind_budget
+        self._times = times
         self._signals = frozenset(signals)
         self._exit_codes = exit_codes
         self._escalation = escalation
@@ -214,25 +203,31 @@ class Watchdog:
 
         Thread-safe and non-blocking, like `hard_cancel_began`.
         """
-        self._allow(0.0)
+        self._allow(Part.GRACE)
 
     def withdrawal_began(self) -> None:
         """As `shutdown_began`, allowing the drain delay before the grace too."""
-        self._allow(self._drain_delay)
+        self._allow(Part.DRAIN_DELAY)
 
-    def _allow(self, drain_delay: float) -> None:
-        delay = f"the drain delay of {drain_delay:g} s, " if drain_delay else ""
+    def _allow(self, part: Part) -> None:
+        times = self._times
+        delay = (
+            f"the drain delay of {times.drain_delay:g} s, "
+            if part is Part.DRAIN_DELAY and times.drain_delay
+            else ""
+        )
         self._arm(
-            drain_delay + self._grace + self._unwind_budget,
+            times.time_left(part),
             f"the shutdown did not finish within {delay}the grace of "
-            f"{self._grace:g} s and the unwind budget of {self._unwind_budget:g} s",
+            f"{times.grace:g} s and the unwind budget of {times.unwind_budget:g} s",
         )
 
     def hard_cancel_began(self) -> None:
         """Exit unless the hard cancel has unwound within the unwind budget."""
+        unwind = self._times.unwind_budget
         self._arm(
-            self._unwind_budget,
-            f"tasks did not unwind within {self._unwind_budget:g} s of the hard cancel",
+            self._times.time_left(Part.UNWIND),
+            f"tasks did not unwind within {unwind:g} s of the hard cancel",
         )
 
     def _arm(self, seconds: float, reason: str) -> None:
