@@ -31,8 +31,10 @@ from ._core._inbox import (
     InboxStatistics as InboxStatistics,
     open_inbox as open_inbox,
 )
-from ._core._openbundle import open_bundle as open_bundle
-from ._core._paths import current_bundle as current_bundle
+from ._core._openbundle import (
+    current_bundle as current_bundle,
+    open_bundle as open_bundle,
+)
 from ._core._report import (
     BundleStatistics as BundleStatistics,
     CancelReport as CancelReport,
