@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import io
 import itertools
+import re
 import tokenize
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import attrs
 
 PACKAGE = "trio_graceful"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+DESIGN = ROOT.parent / "docs" / "design.rst"
 
 # What each private layer may import besides itself.
 LAYERS: dict[str, frozenset[str]] = {
@@ -300,3 +302,30 @@ def test_no_class_is_over_the_code_budget():
         if count > MAX_CLASS_CODE_LINES
     }
     assert dense == {}
+
+
+def _design_map() -> dict[str, set[str]]:
+    """The modules in the first column of each layer's table in design.rst."""
+    tables: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in DESIGN.read_text().splitlines():
+        title = re.match(r"\.\. list-table:: ``(_\w+)``: ", line)
+        if title is not None:
+            current = tables.setdefault(title.group(1), set())
+        elif line and not line.startswith(" "):  # the table has ended
+            current = None
+        elif current is not None and line.startswith("   * - "):
+            current.update(re.findall(r"``(_\w+)``", line))
+    return tables
+
+
+def test_the_design_maps_every_module_under_its_layer():
+    on_disk = {
+        layer: {
+            name.rpartition(".")[2]
+            for name, module in MODULES.items()
+            if module.layer == layer and not module.is_package
+        }
+        for layer in LAYERS
+    }
+    assert _design_map() == on_disk
