@@ -38,7 +38,9 @@ import _common
 import trio
 import trio.testing
 
-import trio_graceful
+# Imported here, not read on first use: the package loads the core when
+# open_bundle is first read, and the run with size 0 must load it too.
+from trio_graceful import open_bundle
 
 TITLE = "8. Instructions per scenario (callgrind)"
 
@@ -69,14 +71,14 @@ async def _drain(receiver: Any) -> None:
 async def _node(variant: str, fan: int, depth: int) -> None:
     if depth == 0:
         return
-    opener = trio.open_nursery if variant == "trio" else trio_graceful.open_bundle
+    opener = trio.open_nursery if variant == "trio" else open_bundle
     async with opener() as container:
         for _ in range(fan):
             container.start_soon(_node, variant, fan, depth - 1)
 
 
 async def _flat(variant: str, children: int) -> None:
-    opener = trio.open_nursery if variant == "trio" else trio_graceful.open_bundle
+    opener = trio.open_nursery if variant == "trio" else open_bundle
     async with opener() as container:
         for _ in range(children):
             container.start_soon(_trivial)
@@ -95,7 +97,7 @@ async def _shutdown(variant: str, children: int) -> None:
                 sender.close()
             nursery.cancel_scope.deadline = trio.current_time() + 10
         return
-    async with trio_graceful.open_bundle() as bundle:
+    async with open_bundle() as bundle:
         for _ in range(children):
             _, inbox = bundle.open_inbox(0)
             bundle.start_soon(_drain, inbox)

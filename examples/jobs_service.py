@@ -35,21 +35,19 @@ import textwrap
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 import trio_graceful
-from trio_graceful.jobs import (
-    JobContext,
-    JobFunction,
-    JobNotFoundError,
-    JobStopped,
-    JobStore,
-    StoreError,
-    Worker,
-    open_store,
-)
+from trio_graceful import jobs
+from trio_graceful.jobs import JobNotFoundError, StoreError, open_store
+
+if TYPE_CHECKING:
+    from trio_graceful.jobs import JobContext, JobFunction, JobStore
+
+# The clients (submit, cancel, status) load only the store; the worker's
+# names (jobs.Worker, jobs.JobStopped) load when the worker runs.
 
 KINDS = ("steps", "stubborn", "blocking")
 
@@ -98,7 +96,7 @@ def job_functions(audit: str | None) -> dict[str, JobFunction]:
             if k == hang_at:
                 if cooperative:
                     await ctx.wait_stop()
-                    raise JobStopped
+                    raise jobs.JobStopped
                 await trio.sleep_forever()
             if k == fail_at:
                 raise RuntimeError(f"failed at step {k}")
@@ -116,10 +114,10 @@ def job_functions(audit: str | None) -> dict[str, JobFunction]:
         def work(flag: trio_graceful.StopFlag) -> None:
             for k in todo:
                 if flag.is_set():
-                    raise JobStopped
+                    raise jobs.JobStopped
                 if k == hang_at:
                     flag.wait()
-                    raise JobStopped
+                    raise jobs.JobStopped
                 if k == fail_at:
                     raise RuntimeError(f"failed at step {k}")
                 time.sleep(seconds)
@@ -151,7 +149,7 @@ async def run_worker(
     runner = trio_graceful.current_runner()
     store = await runner.enter_resource(opened(open_store(args.store)), name="store")
     ids = {} if args.worker_id is None else {"worker_id": args.worker_id}
-    worker = Worker(
+    worker = jobs.Worker(
         store,
         job_functions(args.audit),
         **ids,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import re
 import sys
 import time
+from collections.abc import Iterator
+from types import FrameType
 
 import pytest
 import trio
@@ -27,6 +30,7 @@ from trio_graceful import (
     record_trace,
     remove_trace_hook,
 )
+from trio_graceful._core import _trace
 
 from .helpers import StepCounter
 
@@ -282,18 +286,63 @@ def test_hooks_need_a_trio_run():
         add_trace_hook(print)
 
 
-async def test_tracing_off_costs_no_wakeups():
+@contextlib.contextmanager
+def calls_into_tracing() -> Iterator[list[str]]:
+    """Record the functions of the tracing module called in the block.
+
+    Tracing on means events built and handed out (``emit``); off, the hot
+    paths check one counter and call nothing there.
+    """
+    calls: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename == _trace.__file__:
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(None)
+
+
+async def test_tracing_off_costs_no_wakeups_and_no_trace_work(autojump_clock):
     counter = StepCounter()
     trio.lowlevel.add_instrument(counter)
     try:
         async with open_bundle() as bundle:
-            bundle.start_soon(trio.sleep, 0.05)
-            me = trio.lowlevel.current_task()
-            before = counter.steps.get(me, 0)
-            await bundle.cancel(grace=100)
+            with calls_into_tracing() as calls:
+                bundle.start_soon(trio.sleep, 0.05)
+                me = trio.lowlevel.current_task()
+                before = counter.steps.get(me, 0)
+                await bundle.cancel(grace=100)
             assert counter.steps[me] - before == 1
     finally:
         trio.lowlevel.remove_instrument(counter)
+    assert calls == []
+
+
+def test_a_hook_left_installed_ends_with_its_run():
+    events: list[TraceEvent] = []
+    active = _trace.tracing.active
+
+    async def leave_a_hook() -> None:
+        add_trace_hook(events.append)
+        assert _trace.tracing.active == active + 1
+        async with open_bundle(name="traced") as bundle:
+            bundle.start_soon(trio.sleep, 0)
+
+    async def untraced() -> None:
+        async with open_bundle(name="untraced") as bundle:
+            with calls_into_tracing() as calls:
+                bundle.start_soon(trio.sleep, 0)
+                await bundle.cancel(grace=1)
+        assert calls == []
+
+    trio.run(leave_a_hook)
+    assert _trace.tracing.active == active
+    trio.run(untraced)
+    assert {event.bundle for event in events} == {"traced"}
 
 
 # -- logging -----------------------------------------------------------------------

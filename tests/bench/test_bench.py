@@ -441,3 +441,56 @@ def test_asgi_connections_are_classified_by_their_last_response() -> None:
     assert clients.notice(ended((False, 11.0)), signalled_at) == "none"
     # idle before the signal, but with a request it had received unanswered
     assert clients.notice(ended((False, 9.0), dropped=1), signalled_at) == "none"
+
+
+def test_import_costs_are_measured_against_trio_and_judged() -> None:
+    script = str(BENCH / "bench_import.py")
+    done = subprocess.run(
+        [sys.executable, script, "--repetitions", "1", "--json"],
+        capture_output=True,
+        text=True,
+        # fourteen fresh interpreters, on a machine that may be busy
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report, _, text = done.stdout.partition("\n{")
+    results = json.loads("{" + text)
+    variants = results["variants"]
+    assert results["repetitions"] == 1
+    assert list(variants) == [
+        "import trio",
+        "import trio_graceful",
+        "import trio_graceful.jobs",
+        "first use of open_bundle",
+        "first use of run",
+        "jobs_service.py status",
+        "jobs_service.py submit",
+    ]
+    assert variants["import trio"]["cpu_over_trio_s"] == 0
+    for entry in variants.values():
+        assert entry["cpu_s"]["n"] == entry["wall_s"]["n"] == 1
+    assert report.startswith("### Importing: fresh processes\n")
+    goals = report.partition("\n### Goals\n")[2]
+    for variant, target in [
+        ("import trio_graceful", 30),
+        ("import trio_graceful.jobs", 40),
+        ("jobs_service.py status", 80),
+        ("jobs_service.py submit", 80),
+    ]:
+        assert f"| {variant}: CPU time over 'import trio' | <= {target} ms | " in goals
+    assert goals.count("| met |") + goals.count("| MISSED |") == 4
+
+
+def test_import_bench_refuses_no_repetitions() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_import.py"), "--repetitions", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "bench_import.py: error: repetitions must be >= 1, not 0"
+    )

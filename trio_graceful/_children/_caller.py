@@ -13,7 +13,7 @@ from __future__ import annotations
 import trio
 
 from .._core._bundle import Bundle
-from .._core._paths import current_bundle
+from .._core._openbundle import current_bundle
 
 
 def check_child_of(bundle: Bundle, caller: str) -> None:

@@ -23,26 +23,18 @@ from typing import TYPE_CHECKING, Any, Final, cast, final
 import attrs
 import trio
 
+from ._callers import check_child_says, check_waiter
 from ._cancellation import Cancellation
-from ._childnotes import ChildNotes
 from ._childwatch import ChildWatch
-from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
-from ._paths import (
-    bundle_path,
-    is_inside,
-    register,
-    task_path,
-    unregister,
-)
+from ._inbox import InboxReceiver, InboxSender
+from ._paths import Place, bundle_path, register, task_path, unregister
 from ._phase import BundlePhase, PhaseRecord
 from ._report import BundleStatistics, CancelReport
+from ._startable import check_startable
 from ._stopfanout import StopFanout
-from ._topology import (
-    TwoLevelNursery,
-    check_startable,
-)
+from ._topology import TwoLevelNursery
 from ._trace import TraceKind, emit, tracing
-from ._util import NoPublicConstructor, check_seconds, in_trio_run
+from ._util import NoPublicConstructor, check_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -74,7 +66,7 @@ class Bundle(metaclass=NoPublicConstructor):
     _levels: TwoLevelNursery
     _token: trio.lowlevel.TrioToken
     # The bundle around the one that opened this, when it opened.
-    _parent: Bundle | None
+    _parent: Place | None
     _phase: PhaseRecord
     _path: str | None = None
     # Created by the first cancel() call.
@@ -175,7 +167,7 @@ class Bundle(metaclass=NoPublicConstructor):
         if self._phase.phase is BundlePhase.CLOSED:
             self._phase.check_open()
         if tracing.active:
-            self._watch_children()
+            self.watch_children()
         self._levels.start_soon(async_fn, args, async_fn if name is None else name)
 
     async def start(
@@ -202,7 +194,7 @@ class Bundle(metaclass=NoPublicConstructor):
         self._phase.check_open()
         check_startable(async_fn)
         if tracing.active:
-            self._watch_children()
+            self.watch_children()
         return await self._levels.start(
             async_fn, args, async_fn if name is None else name
         )
@@ -342,15 +334,7 @@ class Bundle(metaclass=NoPublicConstructor):
                 more, so the inbox would never get STOP.
         """
         self._phase.check_open("an inbox opened now would never get STOP")
-        sender: InboxSender[Any]
-        receiver: InboxReceiver[Any]
-        state: InboxState[Any]
-        sender, receiver, state = open_inbox_with_state(
-            max_buffer_size, stop_first=stop_first
-        )
-        state.owner = self.path
-        self._stop_fanout().add_inbox(state)
-        return sender, receiver
+        return self._stop_fanout().open_inbox(max_buffer_size, stop_first=stop_first)
 
     def statistics(self) -> BundleStatistics:
         """Return a `BundleStatistics` snapshot. Not a checkpoint."""
@@ -376,9 +360,9 @@ class Bundle(metaclass=NoPublicConstructor):
             TypeError: if ``text`` is not a string.
             RuntimeError: if the calling task is not a child of this bundle.
         """
-        if not isinstance(cast("object", text), str):
-            raise TypeError(f"text must be a string, not {text!r}")
-        self._notes_of_caller("note").note(trio.lowlevel.current_task(), text)
+        task = trio.lowlevel.current_task()
+        check_child_says("note", "text", text, self._name, task in self)
+        self.watch_children().notes().note(task, text)
 
     def note_abandoned(self, what: str) -> None:
         """Record that the calling child leaves ``what`` running as it ends.
@@ -392,29 +376,21 @@ class Bundle(metaclass=NoPublicConstructor):
             TypeError: if ``what`` is not a string.
             RuntimeError: if the calling task is not a child of this bundle.
         """
-        if not isinstance(cast("object", what), str):
-            raise TypeError(f"what must be a string, not {what!r}")
-        self._notes_of_caller("note_abandoned").note_abandoned(
-            trio.lowlevel.current_task(), what
-        )
-
-    def _notes_of_caller(self, method: str) -> ChildNotes:
         task = trio.lowlevel.current_task()
-        if task not in self:
-            raise RuntimeError(
-                f"{method}() must be called by a child of bundle "
-                f"{self._name!r}, not by {task!r}"
-            )
-        # Watched from now on, to forget the notes when the children end.
-        return self._watch_children().notes()
+        check_child_says("note_abandoned", "what", what, self._name, task in self)
+        self.watch_children().notes().note_abandoned(task, what)
 
-    def _name_task(self, task: trio.lowlevel.Task) -> str:
-        return self._watch_children().name(task)
+    def child_name(self, task: trio.lowlevel.Task) -> str:
+        """Return the name ``task`` goes by in paths (a `Place` of ``_paths``)."""
+        return self.watch_children().name(task)
 
-    def _watch_children(self) -> ChildWatch:
+    def watch_children(self) -> ChildWatch:
+        """Listen to the children from now on (a `Place` of ``_paths``)."""
         watch = self._watch
         if watch is None:
-            watch = self._watch = ChildWatch(self, self._levels)
+            watch = self._watch = ChildWatch(
+                self, self._levels, on_finished=self._cancel_finished
+            )
         if self._levels.events is None:
             self._levels.events = watch.events()
         return watch
@@ -422,20 +398,9 @@ class Bundle(metaclass=NoPublicConstructor):
     # -- internals --------------------------------------------------------------
 
     def _check_caller(self, method: str) -> None:
-        if not in_trio_run(self._token):
-            raise RuntimeError(
-                f"Bundle.{method}() must be called from the Trio run that owns "
-                f"bundle {self._name!r}; from another thread use "
-                f"trio.from_thread.run(bundle.{method}, grace)"
-            )
-        caller = trio.lowlevel.current_task()
-        if is_inside(caller, self._levels.inner, self.parent_task):
-            raise RuntimeError(
-                f"Bundle.{method}() was called from {caller!r}, "
-                f"which runs inside bundle {self._name!r} and would wait for "
-                f"itself; call it from the task that owns the bundle, or use "
-                f"bundle.cancel_scope.cancel() for a hard cancel"
-            )
+        check_waiter(
+            method, self._name, self._token, self._levels.inner, self.parent_task
+        )
 
     async def _cancel(self, grace: float) -> CancelReport:
         now = trio.current_time()
@@ -446,7 +411,7 @@ class Bundle(metaclass=NoPublicConstructor):
             )
             if self._phase.phase is BundlePhase.OPEN:
                 self._phase.move_to(BundlePhase.CANCELLING)
-            self._watch_children()
+            self.watch_children().follow(cancellation)
         cancellation.move_deadline(now + grace)
         if tracing.active:
             emit(

@@ -8,6 +8,10 @@ every later one. It is the single owner and the single writer of:
   whoever noticed it (a waiting caller cancelled, the deadline, a failing
   child, or an enclosing scope that cancelled the children from outside);
 * the record of each child's end, and the finished `CancelReport`;
+* the callers that were hard-cancelled while they waited: the report is kept
+  for each (in the run's ``_left_by``) and becomes part of its entry
+  (`ChildEnd.reports`) in the report of its own bundle, if that one is
+  cancelling, instead of being lost with the caller's `trio.Cancelled`;
 * the progress driver: the first caller waits in a scope that wakes it at the
   deadline (to trace the hard cancel as it happens) and every
   ``PROGRESS_INTERVAL`` seconds (to log what is still running).
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 
 import attrs
 import trio
@@ -34,6 +39,30 @@ PROGRESS_INTERVAL = 2.0
 _news_depth: trio.lowlevel.RunVar[int] = trio.lowlevel.RunVar(
     "trio_graceful news depth", default=0
 )
+
+
+# The reports of cancellations whose waiting caller was hard-cancelled, by
+# caller, until the caller's own end is recorded (weakly held: a caller whose
+# end nobody records leaves nothing behind).
+_left_by: trio.lowlevel.RunVar[
+    weakref.WeakKeyDictionary[trio.lowlevel.Task, list[CancelReport]]
+] = trio.lowlevel.RunVar("trio_graceful reports left by cancelled callers")
+
+
+def _leave_report(caller: trio.lowlevel.Task, report: CancelReport) -> None:
+    try:
+        left = _left_by.get()
+    except LookupError:
+        left = weakref.WeakKeyDictionary["trio.lowlevel.Task", "list[CancelReport]"]()
+        _left_by.set(left)
+    left.setdefault(caller, []).append(report)
+
+
+def _reports_left_by(task: trio.lowlevel.Task) -> tuple[CancelReport, ...]:
+    try:
+        return tuple(_left_by.get().pop(task, ()))
+    except LookupError:
+        return ()
 
 
 def log_as_news(depth: int) -> None:
@@ -76,6 +105,10 @@ class Cancellation:
     report: CancelReport | None = None
     _all_done: trio.Event = attrs.field(factory=trio.Event)
     _driver: trio.CancelScope | None = None
+    # Callers hard-cancelled while they waited, before the report was written.
+    _cancelled_callers: list[trio.lowlevel.Task] = attrs.field(
+        factory=list["trio.lowlevel.Task"]
+    )
 
     # -- the deadline and the hard cancel -------------------------------------------
 
@@ -136,8 +169,11 @@ class Cancellation:
         Returns:
             bool: whether the report is written.
         """
+        reports: tuple[CancelReport, ...] = ()
         if outcome is not ChildOutcome.FINISHED:
             self._notice_hard_cancel(outcome, exc)
+            # only a hard-cancelled child can have left a waiting caller's report
+            reports = _reports_left_by(task)
         now = trio.current_time()
         self.ended.append(
             ChildEnd(
@@ -148,6 +184,7 @@ class Cancellation:
                 error=repr(exc) if outcome is ChildOutcome.RAISED else None,
                 abandoned=abandoned,
                 notes=notes,
+                reports=reports,
             )
         )
         return self.finish_if_done()
@@ -172,6 +209,9 @@ class Cancellation:
         )
         if tracing.active:
             emit(TraceKind.CANCEL_FINISHED, self._path, detail=summary)
+        for caller in self._cancelled_callers:
+            _leave_report(caller, self.report)
+        self._cancelled_callers.clear()
         self._all_done.set()
         return True
 
@@ -182,7 +222,8 @@ class Cancellation:
 
         The first caller drives (see the module docstring); later ones just
         wait. If the caller is cancelled, the children are hard-cancelled at
-        once. This is a checkpoint.
+        once, and the report, once written, is left for the caller's entry in
+        its own bundle's report. This is a checkpoint.
         """
         try:
             if self._driver is None and self.report is None:
@@ -190,6 +231,11 @@ class Cancellation:
             else:
                 await self._all_done.wait()
         except BaseException:
+            caller = trio.lowlevel.current_task()
+            if self.report is None:
+                self._cancelled_callers.append(caller)
+            else:
+                _leave_report(caller, self.report)
             self.hard_cancel(
                 f"the task waiting in cancel() of bundle {self._name!r} was cancelled"
             )

@@ -5,27 +5,59 @@ its readiness under `Bundle.start` and of its end, but only while someone
 listens: a trace hook, a cancellation, or a child that left a note. A
 `ChildWatch` is that listener for one bundle: it traces the starts and the
 ends, hands each end to the bundle's cancellation (which may then be
-finished), and keeps what the live children said about themselves
-(``_childnotes``) and the names their paths use (`TaskNames`), forgotten as
-each one ends. Once a path has been asked for here, every child is named as
+finished, and says so through a callback), and keeps what the live children
+said about themselves (`ChildNotes`: notes, and work left running) and the
+names their paths use (`TaskNames`), each forgotten as its child ends, so
+that a bundle that serves children for days keeps only what its live
+children said. Once a path has been asked for here, every child is named as
 it starts, so that live namesakes never share a path.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, final
+from collections.abc import Callable
+from typing import final
 
+import attrs
 import trio
 
-from ._cancellation import outcome_of
-from ._childnotes import ChildNotes
-from ._paths import TaskNames, task_path
+from ._cancellation import Cancellation, outcome_of
+from ._paths import Place, TaskNames, task_path
 from ._report import ChildOutcome
 from ._topology import ChildEvents, TwoLevelNursery
 from ._trace import TraceKind, emit, tracing
 
-if TYPE_CHECKING:
-    from ._bundle import Bundle
+
+@attrs.define(eq=False)
+class _Said:
+    abandoned: list[str] = attrs.field(factory=list[str])
+    notes: list[str] = attrs.field(factory=list[str])
+
+
+@attrs.define(eq=False)
+class ChildNotes:
+    """What one bundle's live children said: `Bundle.note`, `Bundle.note_abandoned`."""
+
+    _said: dict[trio.lowlevel.Task, _Said] = attrs.field(
+        factory=dict["trio.lowlevel.Task", _Said]
+    )
+
+    def note(self, task: trio.lowlevel.Task, text: str) -> None:
+        """Record ``text`` for the report entry of ``task``."""
+        self._said.setdefault(task, _Said()).notes.append(text)
+
+    def note_abandoned(self, task: trio.lowlevel.Task, what: str) -> None:
+        """Record that ``task`` leaves ``what`` running as it ends."""
+        self._said.setdefault(task, _Said()).abandoned.append(what)
+
+    def forget(
+        self, task: trio.lowlevel.Task
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Drop what ``task``, which has ended, said; return (abandoned, notes)."""
+        said = self._said.pop(task, None)
+        if said is None:
+            return (), ()
+        return tuple(said.abandoned), tuple(said.notes)
 
 
 @final
@@ -33,20 +65,44 @@ class ChildWatch:
     """The listener of one bundle's children (see the module docstring).
 
     Args:
-        bundle: The bundle: the paths of the trace events, and its
-            cancellation (read at each end: a child's end is on the path
-            of every shutdown, so no call is added to it).
+        bundle: The bundle, for the paths of the trace events.
         levels: Its two levels, which tell how a child ended.
+        on_finished: Called when a child's end finishes the cancellation
+            that the watch follows (see `follow`).
     """
 
-    __slots__ = ("_bundle", "_levels", "_names", "_notes")
+    __slots__ = (
+        "_bundle",
+        "_cancellation",
+        "_levels",
+        "_names",
+        "_notes",
+        "_on_finished",
+    )
 
-    def __init__(self, bundle: Bundle, levels: TwoLevelNursery) -> None:
+    def __init__(
+        self,
+        bundle: Place,
+        levels: TwoLevelNursery,
+        *,
+        on_finished: Callable[[], object],
+    ) -> None:
         self._bundle = bundle
         self._levels = levels
+        self._on_finished = on_finished
         self._notes: ChildNotes | None = None
         # The names of the children in paths, from the first path asked for.
         self._names: TaskNames | None = None
+        # Told of each end once the bundle is cancelling (follow()).
+        self._cancellation: Cancellation | None = None
+
+    def follow(self, cancellation: Cancellation) -> None:
+        """Hand each end to ``cancellation`` from now on. Not a checkpoint.
+
+        A child's end is on the path of every shutdown: the cancellation is
+        kept here, so that no call is added to it.
+        """
+        self._cancellation = cancellation
 
     def events(self) -> ChildEvents:
         """The callbacks to give the two levels."""
@@ -85,7 +141,7 @@ class ChildWatch:
 
     def _ended(self, task: trio.lowlevel.Task, exc: BaseException | None) -> None:
         """Record and trace a child's end."""
-        cancellation = self._bundle._cancellation  # pyright: ignore[reportPrivateUsage]
+        cancellation = self._cancellation
         if cancellation is None and not tracing.active:
             self._forget(task)
             return
@@ -103,14 +159,14 @@ class ChildWatch:
         if cancellation is not None and cancellation.child_ended(
             task, exc, outcome, abandoned, notes
         ):
-            self._bundle._cancel_finished()  # pyright: ignore[reportPrivateUsage]
+            self._on_finished()
 
     def _start_failed(self, task: trio.lowlevel.Task) -> None:
         """Forget a child that ended before it was ready: it was never ours."""
         self._forget(task)
-        cancellation = self._bundle._cancellation  # pyright: ignore[reportPrivateUsage]
+        cancellation = self._cancellation
         if cancellation is not None and cancellation.finish_if_done():
-            self._bundle._cancel_finished()  # pyright: ignore[reportPrivateUsage]
+            self._on_finished()
 
     def _forget(
         self, task: trio.lowlevel.Task

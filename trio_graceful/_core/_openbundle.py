@@ -1,16 +1,17 @@
-"""`open_bundle`: entering and leaving a bundle's ``async with`` block.
+"""`open_bundle` and `current_bundle`: a bundle's ``async with`` block, and finding it.
 
 The context manager opens the two levels (``_topology``), makes the `Bundle`
 around them and registers it in its run (``_paths``); leaving the block waits
 for the children as a nursery does, then closes the bundle. Both halves are
 protected from KeyboardInterrupt, as a nursery's are, so that an interrupt is
-raised in the body rather than between the levels.
+raised in the body rather than between the levels. `current_bundle` finds
+the bundle around the calling task in the same registry.
 """
 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import final
+from typing import cast, final
 
 import trio
 
@@ -83,3 +84,25 @@ def open_bundle(*, name: str | None = None) -> _BundleManager:
         TypeError: if ``name`` is not a string or None.
     """
     return _BundleManager(check_name(name))
+
+
+def current_bundle() -> Bundle:
+    """Return the bundle that the calling task belongs to.
+
+    That is the bundle whose child the calling task is, or whose body it
+    runs; for a task further down (in a plain nursery below a child, say),
+    the nearest bundle up Trio's task tree. Not a checkpoint.
+
+    Raises:
+        RuntimeError: if the calling task is in no bundle, or if called
+            outside a Trio run.
+    """
+    task = trio.lowlevel.current_task()
+    bundle = enclosing_bundle(task)
+    if bundle is None:
+        raise RuntimeError(
+            f"current_bundle() was called from {task.name!r}, which runs in no "
+            f"bundle; pass the bundle explicitly"
+        )
+    # only bundles are registered in the paths' map
+    return cast("Bundle", bundle)

@@ -2,9 +2,10 @@
 
 Each Trio run keeps, in a `RunVar`, which nursery belongs to which open
 bundle and which bundles each task runs the body of. That is enough to find
-the bundle around any task (`current_bundle`, `enclosing_bundle`) by walking
-up Trio's task tree, and it costs two dictionary updates per bundle, nothing
-per child.
+the bundle around any task (`enclosing_bundle`) by walking up Trio's task
+tree, and it costs two dictionary updates per bundle, nothing per child. A
+bundle is known here only as a `Place`: its path, the task that opened it,
+and the names its children go by.
 
 Paths (``root/conn-1/requests``) exist for traces, logs and reports. They are
 worked out only when something asks for one, and cached on the bundle:
@@ -32,15 +33,34 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 import trio
 
 from ._trace import on_first_hook
 
-if TYPE_CHECKING:
-    from ._bundle import Bundle
+
+class Place(Protocol):
+    """What paths need of a bundle."""
+
+    @property
+    def path(self) -> str:
+        """The bundle's own path."""
+        ...
+
+    @property
+    def parent_task(self) -> trio.lowlevel.Task:
+        """The task that opened the bundle."""
+        ...
+
+    def child_name(self, task: trio.lowlevel.Task) -> str:
+        """Return the name ``task``, a task in the bundle, goes by in paths."""
+        ...
+
+    def watch_children(self) -> object:
+        """Listen to the children's starts and ends from now on."""
+        ...
 
 
 @attrs.define(eq=False, slots=True)
@@ -48,12 +68,12 @@ class _OpenBundles:
     """The open bundles of one Trio run."""
 
     # The children's nursery of each open bundle.
-    by_nursery: dict[trio.Nursery, Bundle] = attrs.field(
-        factory=dict["trio.Nursery", "Bundle"]
+    by_nursery: dict[trio.Nursery, Place] = attrs.field(
+        factory=dict["trio.Nursery", Place]
     )
     # The bundles whose body each task runs, innermost last.
-    by_body: dict[trio.lowlevel.Task, list[Bundle]] = attrs.field(
-        factory=dict["trio.lowlevel.Task", "list[Bundle]"]
+    by_body: dict[trio.lowlevel.Task, list[Place]] = attrs.field(
+        factory=dict["trio.lowlevel.Task", "list[Place]"]
     )
     # Paths handed out, so that a task keeps its path in every event.
     task_paths: weakref.WeakKeyDictionary[trio.lowlevel.Task, str] = attrs.field(
@@ -63,7 +83,7 @@ class _OpenBundles:
     def watch_all(self) -> None:
         """Make every open bundle listen to its children (a hook was added)."""
         for bundle in self.by_nursery.values():
-            bundle._watch_children()  # pyright: ignore[reportPrivateUsage]
+            bundle.watch_children()
 
 
 _open_bundles: trio.lowlevel.RunVar[_OpenBundles] = trio.lowlevel.RunVar(
@@ -81,14 +101,14 @@ def _registry() -> _OpenBundles:
         return registry
 
 
-def register(bundle: Bundle, body: trio.lowlevel.Task, nursery: trio.Nursery) -> None:
+def register(bundle: Place, body: trio.lowlevel.Task, nursery: trio.Nursery) -> None:
     """Record a bundle that has just opened."""
     registry = _registry()
     registry.by_nursery[nursery] = bundle
     registry.by_body.setdefault(body, []).append(bundle)
 
 
-def unregister(bundle: Bundle, body: trio.lowlevel.Task, nursery: trio.Nursery) -> None:
+def unregister(bundle: Place, body: trio.lowlevel.Task, nursery: trio.Nursery) -> None:
     """Forget a bundle whose block has exited."""
     registry = _registry()
     del registry.by_nursery[nursery]
@@ -106,7 +126,7 @@ def _parent_nursery(task: trio.lowlevel.Task) -> trio.Nursery | None:
     return task.eventual_parent_nursery or task.parent_nursery
 
 
-def enclosing_bundle(task: trio.lowlevel.Task, *, bodies: bool = True) -> Bundle | None:
+def enclosing_bundle(task: trio.lowlevel.Task, *, bodies: bool = True) -> Place | None:
     """Return the innermost open bundle around ``task``, or None.
 
     That is the bundle whose body ``task`` runs, else the bundle whose child
@@ -143,28 +163,7 @@ def is_inside(task: trio.lowlevel.Task, nursery: trio.Nursery, stop: object) -> 
     return False
 
 
-def current_bundle() -> Bundle:
-    """Return the bundle that the calling task belongs to.
-
-    That is the bundle whose child the calling task is, or whose body it
-    runs; for a task further down (in a plain nursery below a child, say),
-    the nearest bundle up Trio's task tree. Not a checkpoint.
-
-    Raises:
-        RuntimeError: if the calling task is in no bundle, or if called
-            outside a Trio run.
-    """
-    task = trio.lowlevel.current_task()
-    bundle = enclosing_bundle(task)
-    if bundle is None:
-        raise RuntimeError(
-            f"current_bundle() was called from {task.name!r}, which runs in no "
-            f"bundle; pass the bundle explicitly"
-        )
-    return bundle
-
-
-def task_path(task: trio.lowlevel.Task, bundle: Bundle | None = None) -> str:
+def task_path(task: trio.lowlevel.Task, bundle: Place | None = None) -> str:
     """Return ``<bundle path>/<task name>`` for ``task``, the same every time.
 
     ``bundle`` is the bundle around ``task`` if the caller knows it.
@@ -177,8 +176,7 @@ def task_path(task: trio.lowlevel.Task, bundle: Bundle | None = None) -> str:
         bundle = enclosing_bundle(task, bodies=False)
     if bundle is None:
         return task.name
-    name = bundle._name_task(task)  # pyright: ignore[reportPrivateUsage]
-    path = registry.task_paths[task] = f"{bundle.path}/{name}"
+    path = registry.task_paths[task] = f"{bundle.path}/{bundle.child_name(task)}"
     return path
 
 
@@ -188,7 +186,7 @@ def enclosing_bundle_path(task: trio.lowlevel.Task, *, bodies: bool = True) -> s
     return "" if bundle is None else bundle.path
 
 
-def bundle_path(opener: trio.lowlevel.Task, name: str, parent: Bundle | None) -> str:
+def bundle_path(opener: trio.lowlevel.Task, name: str, parent: Place | None) -> str:
     """Return the path of a bundle called ``name`` that ``opener`` opened.
 
     ``parent`` is the bundle that was around ``opener`` (its own bodies

@@ -72,6 +72,12 @@ class ChildEnd:
     """Anything else the child recorded about its end with `Bundle.note`
     (a process's exit status, say)."""
 
+    reports: tuple[CancelReport, ...] = ()
+    """The reports of the bundles whose `Bundle.cancel` (or `Bundle.shutdown`)
+    the child was waiting in when it was hard-cancelled, so that what they
+    did is not lost with the child's `trio.Cancelled`; in the order they
+    were written."""
+
     def as_dict(self, *, wall_clock_offset: float | None = None) -> dict[str, Any]:
         """Return this entry as a dictionary of JSON values.
 
@@ -88,6 +94,7 @@ class ChildEnd:
             "error": self.error,
             "abandoned": list(self.abandoned),
             "notes": list(self.notes),
+            "reports": [report.as_dict() for report in self.reports],
         }
 
     @classmethod
@@ -107,6 +114,10 @@ class ChildEnd:
             error=str_from_json(data, "error", optional=True),
             abandoned=strings_from_json(data, "abandoned"),
             notes=strings_from_json(data, "notes"),
+            reports=tuple(
+                CancelReport.from_dict(report)
+                for report in list_from_json(data, "reports")
+            ),
         )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import trio
 
-from ._inbox import InboxState
+from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
 from ._log import logger
 from ._paths import enclosing_bundle_path, task_path
 from ._trace import TraceKind, emit, tracing
@@ -26,7 +26,7 @@ from ._trace import TraceKind, emit, tracing
 class StopFanout:
     """Who gets STOP when a bundle shuts down, and whether it has."""
 
-    # The bundle's path, for log messages.
+    # The bundle's path, for log messages and the inboxes' owner.
     _path: str
 
     stopping: bool = False
@@ -47,12 +47,25 @@ class StopFanout:
         """How many inboxes still have a receiver."""
         return len(self._inboxes)
 
-    def add_inbox(self, state: InboxState[Any]) -> None:
-        """Send STOP to ``state`` when `stop` is called (at once if it was)."""
+    def open_inbox(
+        self, max_buffer_size: int | float, *, stop_first: bool
+    ) -> tuple[InboxSender[Any], InboxReceiver[Any]]:
+        """Open an inbox that gets STOP when `stop` is called (at once if it was).
+
+        The arguments are those of `Bundle.open_inbox`.
+        """
+        sender: InboxSender[Any]
+        receiver: InboxReceiver[Any]
+        state: InboxState[Any]
+        sender, receiver, state = open_inbox_with_state(
+            max_buffer_size, stop_first=stop_first
+        )
+        state.owner = self._path
         self._inboxes.add(state)
         state.on_receivers_closed = self._inboxes.discard
         if self.stopping:
             state.stop()
+        return sender, receiver
 
     @contextlib.contextmanager
     def on_stop(self, callback: Callable[[], object]) -> Generator[None, None, None]:

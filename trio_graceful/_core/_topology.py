@@ -22,16 +22,16 @@ own meanwhile, so that `TwoLevelNursery.cancel_children` and
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from types import CoroutineType, FunctionType, MethodType, TracebackType
-from typing import TYPE_CHECKING, Any, Final, cast, final
+from types import CoroutineType, FunctionType, TracebackType
+from typing import TYPE_CHECKING, Any, cast, final
 
 import attrs
 import trio
 
-from ._util import ForwardingTaskStatus, as_group, first_leaf, is_async_def
+from ._startable import as_coroutine, coroutine_of
+from ._util import ForwardingTaskStatus, as_group, first_leaf
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -63,81 +63,6 @@ def is_cancellation(exc: BaseException) -> bool:
         return True
     group = as_group(exc)
     return group is not None and group.split(trio.Cancelled)[1] is None
-
-
-_FUNCTION_TYPES: Final = frozenset({FunctionType, MethodType})
-
-
-def check_async_fn(async_fn: object, method: str) -> None:
-    """Refuse what cannot be an async function, before anything starts.
-
-    Raises:
-        TypeError: if ``async_fn`` is a coroutine object (which is closed,
-            so that it does not warn that it was never awaited) or is not
-            callable.
-    """
-    if isinstance(async_fn, Coroutine):
-        coro_object = cast("Coroutine[object, object, object]", async_fn)
-        coro_object.close()
-        raise TypeError(
-            f"{method}(): async_fn must be an async function, not the coroutine "
-            f"object "
-            f"{coro_object!r}; pass the function and its arguments instead: "
-            f"{method}(fn, *args)"
-        )
-    if not callable(async_fn):
-        raise TypeError(
-            f"{method}(): async_fn must be an async function, not {async_fn!r}"
-        )
-
-
-def check_startable(async_fn: object) -> None:
-    """Refuse what `trio.Nursery.start` could not start, before anything starts.
-
-    Raises:
-        TypeError: as `check_async_fn`, or if ``async_fn`` is a plain function
-            that takes no ``task_status`` keyword argument.
-    """
-    check_async_fn(async_fn, "start")
-    if type(async_fn) in _FUNCTION_TYPES and not is_async_def(async_fn):
-        # A synchronous function may return a coroutine, but it must take
-        # task_status: say so here rather than from inside the child.
-        try:
-            inspect.signature(cast("Callable[..., object]", async_fn)).bind_partial(
-                task_status=None
-            )
-        except TypeError:
-            raise TypeError(
-                f"start(): async_fn must be an async function that takes a "
-                f"task_status keyword argument, not {async_fn!r}"
-            ) from None
-
-
-def coroutine_of(
-    async_fn: Callable[..., Awaitable[object]], args: tuple[object, ...], method: str
-) -> Coroutine[object, object, object]:
-    """Call ``async_fn(*args)`` and return its coroutine, as Trio's nursery does.
-
-    Calling it in the caller makes a wrong argument list raise there, at once.
-
-    Raises:
-        TypeError: if ``async_fn`` is not an async function (see
-            `check_async_fn`), or it takes other arguments.
-    """
-    if type(async_fn) not in _FUNCTION_TYPES:  # the common case, kept cheap
-        check_async_fn(async_fn, method)
-    return _as_coroutine(async_fn, async_fn(*args), method)
-
-
-def _as_coroutine(
-    async_fn: object, returned: object, method: str
-) -> Coroutine[object, object, object]:
-    if type(returned) is CoroutineType or isinstance(returned, Coroutine):
-        return cast("Coroutine[object, object, object]", returned)
-    raise TypeError(
-        f"{method}(): async_fn must be an async function, but {async_fn!r} returned "
-        f"{returned!r} instead of a coroutine; is it missing 'async'?"
-    )
 
 
 def _park_forbids_abort(_: object) -> trio.lowlevel.Abort:
@@ -265,7 +190,7 @@ class TwoLevelNursery:
             coro = (
                 cast("Coroutine[object, object, object]", returned)
                 if type(returned) is CoroutineType
-                else _as_coroutine(async_fn, returned, "start_soon")
+                else as_coroutine(async_fn, returned, "start_soon")
             )
         else:
             coro = coroutine_of(async_fn, args, "start_soon")

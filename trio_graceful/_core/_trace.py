@@ -139,9 +139,6 @@ class TraceEvent:
 
 TraceHook = Callable[[TraceEvent], object]
 
-_hooks: trio.lowlevel.RunVar[list[TraceHook]] = trio.lowlevel.RunVar(
-    "trio_graceful hooks"
-)
 _on_first_hook: trio.lowlevel.RunVar[Callable[[], object]] = trio.lowlevel.RunVar(
     "trio_graceful first hook"
 )
@@ -149,11 +146,12 @@ _on_first_hook: trio.lowlevel.RunVar[Callable[[], object]] = trio.lowlevel.RunVa
 
 @attrs.define
 class _HookCount:
-    """The hooks installed in all runs together: zero means "emit nothing".
+    """The hooks installed in all live runs together: zero means "emit nothing".
 
-    The hot paths check ``if tracing.active:`` without touching the RunVar;
-    the hooks themselves are per run. Runs in other threads change the count
-    too, hence the lock.
+    The hot paths check ``if tracing.active:`` without touching a RunVar;
+    the hooks themselves are per run, and a run that ends takes its own out
+    of the count (`_RunHooks.after_run`). Runs in other threads change the
+    count too, hence the lock.
     """
 
     active: int = 0
@@ -167,13 +165,31 @@ class _HookCount:
 tracing = _HookCount()
 
 
+@attrs.define(eq=False)
+class _RunHooks(trio.abc.Instrument):
+    """The hooks of one run; an instrument of the run from its first hook on."""
+
+    hooks: list[TraceHook] = attrs.field(factory=list[TraceHook])
+
+    def after_run(self) -> None:
+        """Take the hooks still installed out of the count as the run ends.
+
+        Otherwise a run that never removed its hooks would keep every later
+        run of the process on the traced paths.
+        """
+        tracing.change(-len(self.hooks))
+        self.hooks.clear()
+
+
+_hooks: trio.lowlevel.RunVar[_RunHooks] = trio.lowlevel.RunVar("trio_graceful hooks")
+
+
 def _run_hooks() -> list[TraceHook]:
+    # the hooks of the current run; none if it never had one
     try:
-        return _hooks.get()
+        return _hooks.get().hooks
     except LookupError:
-        hooks: list[TraceHook] = []
-        _hooks.set(hooks)
-        return hooks
+        return []
 
 
 def add_trace_hook(hook: TraceHook) -> None:
@@ -191,7 +207,13 @@ def add_trace_hook(hook: TraceHook) -> None:
         RuntimeError: if called outside a Trio run.
     """
     _check_hook(hook)
-    hooks = _run_hooks()
+    try:
+        hooks = _hooks.get().hooks
+    except LookupError:
+        run_hooks = _RunHooks()
+        trio.lowlevel.add_instrument(run_hooks)
+        _hooks.set(run_hooks)
+        hooks = run_hooks.hooks
     first = not hooks
     hooks.append(hook)
     tracing.change(+1)

@@ -11,20 +11,60 @@ and what is still running at the cut-off ends its response properly.
 Needs the ``asgi`` extra: ``pip install "trio-graceful[asgi]"``.
 """
 
-from .._exports import present_as_package as _present_as_package
-from ._admission import admission_gate as admission_gate
-from ._core import AsgiServerStatistics as AsgiServerStatistics
-from ._server import AsgiServer as AsgiServer, serve_asgi as serve_asgi
-from ._stop import (
-    current_stop_flag as current_stop_flag,
-    stop_deadline as stop_deadline,
-    stop_requested as stop_requested,
-    until_stop as until_stop,
-    wait_stop as wait_stop,
-)
-from ._threads import sync_to_async as sync_to_async
+from typing import TYPE_CHECKING
 
-# Where each public name is really defined; the documentation build needs it
-# to find the docstrings of attributes in the source.
-_defined_in: dict[str, str] = _present_as_package(globals(), __name__)
-del _present_as_package
+from .._exports import lazy_names as _lazy_names
+
+if TYPE_CHECKING:
+    from ._admission import (
+        admission_gate as admission_gate,
+    )
+    from ._core import (
+        AsgiServerStatistics as AsgiServerStatistics,
+    )
+    from ._server import (
+        AsgiServer as AsgiServer,
+        serve_asgi as serve_asgi,
+    )
+    from ._stop import (
+        current_stop_flag as current_stop_flag,
+        stop_deadline as stop_deadline,
+        stop_requested as stop_requested,
+        until_stop as until_stop,
+        wait_stop as wait_stop,
+    )
+    from ._threads import (
+        sync_to_async as sync_to_async,
+    )
+
+__all__ = [
+    "AsgiServer",
+    "AsgiServerStatistics",
+    "admission_gate",
+    "current_stop_flag",
+    "serve_asgi",
+    "stop_deadline",
+    "stop_requested",
+    "sync_to_async",
+    "until_stop",
+    "wait_stop",
+]
+
+# Each name is loaded from its module on first use (see trio_graceful._exports).
+_MODULES: dict[str, tuple[str, ...]] = {
+    "._admission": ("admission_gate",),
+    "._core": ("AsgiServerStatistics",),
+    "._server": ("AsgiServer", "serve_asgi"),
+    "._stop": (
+        "current_stop_flag",
+        "stop_deadline",
+        "stop_requested",
+        "until_stop",
+        "wait_stop",
+    ),
+    "._threads": ("sync_to_async",),
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+del _lazy_names

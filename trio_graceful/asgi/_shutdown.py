@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import trio
 
 from .._core._bundle import Bundle
-from .._core._paths import current_bundle
+from .._core._openbundle import current_bundle
 from ._core import ServerCore
 
 logger = logging.getLogger("trio_graceful.asgi")

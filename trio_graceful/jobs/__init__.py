@@ -5,26 +5,78 @@ in a bundle of its own, and settles every transition in the store together
 with a row of the audit log. See the how-to "Durable background jobs".
 """
 
-from .._exports import present_as_package as _present_as_package
-from ._context import (
-    CallTimeoutError as CallTimeoutError,
-    JobContext as JobContext,
-    JobStopped as JobStopped,
-)
-from ._functions import JobFunction as JobFunction
-from ._records import AuditEvent as AuditEvent, JobRecord as JobRecord
-from ._sql import LostJobError as LostJobError, StoreError as StoreError
-from ._states import (
-    TRANSITIONS as TRANSITIONS,
-    IllegalJobTransitionError as IllegalJobTransitionError,
-    JobEvent as JobEvent,
-    JobNotFoundError as JobNotFoundError,
-    JobState as JobState,
-)
-from ._store import JobStore as JobStore, open_store as open_store
-from ._worker import Worker as Worker, WorkerStatistics as WorkerStatistics
+from typing import TYPE_CHECKING
 
-# Where each public name is really defined; the documentation build needs it
-# to find the docstrings of attributes in the source.
-_defined_in: dict[str, str] = _present_as_package(globals(), __name__)
-del _present_as_package
+from .._exports import lazy_names as _lazy_names
+
+if TYPE_CHECKING:
+    from ._context import (
+        CallTimeoutError as CallTimeoutError,
+        JobContext as JobContext,
+        JobStopped as JobStopped,
+    )
+    from ._functions import JobFunction as JobFunction
+    from ._records import (
+        AuditEvent as AuditEvent,
+        JobRecord as JobRecord,
+    )
+    from ._sql import (
+        LostJobError as LostJobError,
+        StoreError as StoreError,
+    )
+    from ._states import (
+        TRANSITIONS as TRANSITIONS,
+        IllegalJobTransitionError as IllegalJobTransitionError,
+        JobEvent as JobEvent,
+        JobNotFoundError as JobNotFoundError,
+        JobState as JobState,
+    )
+    from ._store import (
+        JobStore as JobStore,
+        open_store as open_store,
+    )
+    from ._worker import (
+        Worker as Worker,
+        WorkerStatistics as WorkerStatistics,
+    )
+
+__all__ = [
+    "TRANSITIONS",
+    "AuditEvent",
+    "CallTimeoutError",
+    "IllegalJobTransitionError",
+    "JobContext",
+    "JobEvent",
+    "JobFunction",
+    "JobNotFoundError",
+    "JobRecord",
+    "JobState",
+    "JobStopped",
+    "JobStore",
+    "LostJobError",
+    "StoreError",
+    "Worker",
+    "WorkerStatistics",
+    "open_store",
+]
+
+# Each name is loaded from its module on first use (see trio_graceful._exports).
+_MODULES: dict[str, tuple[str, ...]] = {
+    "._context": ("CallTimeoutError", "JobContext", "JobStopped"),
+    "._records": ("AuditEvent", "JobRecord"),
+    "._sql": ("LostJobError", "StoreError"),
+    "._states": (
+        "TRANSITIONS",
+        "IllegalJobTransitionError",
+        "JobEvent",
+        "JobNotFoundError",
+        "JobState",
+    ),
+    "._store": ("JobStore", "open_store"),
+    "._functions": ("JobFunction",),
+    "._worker": ("Worker", "WorkerStatistics"),
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+del _lazy_names

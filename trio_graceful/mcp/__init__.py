@@ -6,10 +6,26 @@ subprocesses of its tools under the runner's grace. Needs the ``mcp`` extra
 (``pip install "trio-graceful[mcp]"``). See the how-to "MCP servers".
 """
 
-from .._exports import present_as_package as _present_as_package
-from ._stdio import EXIT_CODES as EXIT_CODES, serve_stdio as serve_stdio
+from typing import TYPE_CHECKING
 
-# Where each public name is really defined; the documentation build needs it
-# to find the docstrings of attributes in the source.
-_defined_in: dict[str, str] = _present_as_package(globals(), __name__)
-del _present_as_package
+from .._exports import lazy_names as _lazy_names
+
+if TYPE_CHECKING:
+    from ._stdio import (
+        EXIT_CODES as EXIT_CODES,
+        serve_stdio as serve_stdio,
+    )
+
+__all__ = [
+    "EXIT_CODES",
+    "serve_stdio",
+]
+
+# Each name is loaded from its module on first use (see trio_graceful._exports).
+_MODULES: dict[str, tuple[str, ...]] = {
+    "._stdio": ("EXIT_CODES", "serve_stdio"),
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+del _lazy_names
