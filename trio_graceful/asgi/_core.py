@@ -9,7 +9,8 @@ connections, which it counts. `AsgiServerStatistics` is its snapshot.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import Set as AbstractSet
+from typing import Any, Protocol, final
 
 import attrs
 import trio
@@ -19,9 +20,6 @@ from hypercorn.typing import AppWrapper, Event, SingleTask
 
 from .._children._threads import ThreadBudget
 from ._stop import Drain
-
-if TYPE_CHECKING:
-    from ._connection import Connection
 
 logger = logging.getLogger("trio_graceful.asgi")
 
@@ -80,6 +78,23 @@ class _Context:
         return trio.current_time()
 
 
+class OpenConnection(Protocol):
+    """What the server asks of a live connection (``_connection.Connection``)."""
+
+    @property
+    def requests(self) -> AbstractSet[trio.lowlevel.Task]:
+        """The tasks of the requests running on it."""
+        ...
+
+    def stop(self) -> None:
+        """STOP: close once idle. Not a checkpoint."""
+        ...
+
+    async def cut(self) -> None:
+        """Cancel the running requests, which end their responses."""
+        ...
+
+
 @final
 class ServerCore:
     """The state one server's connections share (see the module docstring)."""
@@ -90,7 +105,7 @@ class ServerCore:
         self.context = _Context(self)
         self.drain = Drain(budget)
         self.lifespan_state: dict[str, Any] = {}
-        self.connections: set[Connection] = set()
+        self.connections: set[OpenConnection] = set()
         self.connections_total = 0
         self.requests_total = 0
         # "GET /path: what its end was" for each request cut off.
@@ -98,12 +113,12 @@ class ServerCore:
         # Set when the last connection closes, for whoever waits for that.
         self._all_closed: trio.Event | None = None
 
-    def connection_started(self, connection: Connection) -> None:
+    def connection_started(self, connection: OpenConnection) -> None:
         """Count a connection that was accepted."""
         self.connections.add(connection)
         self.connections_total += 1
 
-    def connection_ended(self, connection: Connection) -> None:
+    def connection_ended(self, connection: OpenConnection) -> None:
         """Forget a connection that has closed."""
         self.connections.discard(connection)
         if not self.connections and self._all_closed is not None:
