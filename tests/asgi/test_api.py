@@ -218,7 +218,9 @@ def test_sync_to_async_refuses_an_async_function() -> None:
         trio_graceful.asgi.sync_to_async(trio.sleep)
 
 
-def _threaded_app(started: threading.Event) -> object:
+def _threaded_app(
+    started: threading.Event, release: threading.Event | None = None
+) -> object:
     def polite() -> bytes:
         started.set()
         flag = trio_graceful.asgi.current_stop_flag()
@@ -226,7 +228,8 @@ def _threaded_app(started: threading.Event) -> object:
 
     def stuck() -> bytes:
         started.set()
-        threading.Event().wait(0.5)  # ignores STOP; outlives the cut-off
+        assert release is not None
+        release.wait(60)  # ignores STOP; outlives the cut-off
         return b"late"
 
     endpoints = {"/polite": polite, "/stuck": stuck}
@@ -266,18 +269,21 @@ async def test_a_thread_hears_stop_through_the_stop_flag() -> None:
 
 @pytest.mark.realtime
 async def test_a_thread_still_running_at_the_cut_off_is_abandoned() -> None:
-    started = threading.Event()
-    async with serving(_threaded_app(started), reserve=0.2) as served:
+    started, release = threading.Event(), threading.Event()
+    # The cut-off comes 1 s after STOP; the hard deadline, which would close
+    # the connection unanswered, 2 s later, ample on a loaded machine.
+    async with serving(_threaded_app(started, release), reserve=2.0) as served:
         client = await served.connect()
         await client.send("/stuck")
         await trio.to_thread.run_sync(started.wait)
-        async with served.stopping(0.3):
+        async with served.stopping(3.0):
             answer = await client.answer()
             assert (answer.status, answer.closes) == (503, True)
         stats = served.server.statistics()
         assert (stats.threads_abandoned, stats.requests_cut_off) == (1, 1)
         budget = served.server.thread_budget.statistics()
         assert budget.threads_abandoned_total == 1
+    release.set()  # the abandoned thread may end now
     assert served.report is not None
     assert served.report.abandoned == ("thread '_threaded_app.<locals>.stuck'",)
 
@@ -298,11 +304,11 @@ async def test_a_request_stuck_in_a_thread_that_cannot_be_abandoned_is_answered(
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"late"})
 
-    async with serving(app, reserve=0.5) as served:
+    async with serving(app, reserve=2.0) as served:
         client = await served.connect()
         await client.send("/blocking")
         await trio.to_thread.run_sync(started.wait)
-        async with served.stopping(1):
+        async with served.stopping(3.0):
             answer = await client.answer()
             assert (answer.status, answer.closes) == (503, True)
             assert not release.is_set()  # answered while its thread still runs
