@@ -30,6 +30,7 @@ import trio.testing
 import trio_graceful
 from trio_graceful import current_runner
 from trio_graceful._run import _signals
+from trio_graceful._run._escalation import Observer
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -223,3 +224,26 @@ def test_late_signals_leave_the_status_of_the_run(tmp_path: Path) -> None:
         "SIGTERM received 2 times while exiting; ignored\n"
         "SIGINT received while exiting; ignored\n",
     )
+
+
+def test_the_signal_counted_first_names_the_shutdown_and_its_status(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # With several signals pending, CPython runs their handlers in the order
+    # of their numbers, while the watchdog reads them from the wakeup fd in
+    # the order they came: it may count SIGTERM while the Trio thread's
+    # handler runs for SIGINT first. The log and the status must agree.
+    caplog.set_level(logging.WARNING, logger="trio_graceful.runner")
+
+    async def main() -> None:
+        runner = current_runner()
+        _, inbox = runner.root.open_inbox()
+        program = runner._run  # pyright: ignore[reportPrivateUsage]
+        program.escalation.record(Observer.WATCHDOG, signal.SIGTERM)
+        # What the handler passes to the Trio thread (the real watchdog
+        # would count a raised signal a second time).
+        program._on_signal(signal.SIGINT)  # pyright: ignore[reportPrivateUsage]
+        await inbox.receive()  # STOP
+
+    assert run(main) == 0  # SIGTERM's graceful status, not SIGINT's 130
+    assert runner_lines(caplog) == ["SIGTERM: shutting down (grace 10 s)"]

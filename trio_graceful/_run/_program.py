@@ -366,9 +366,17 @@ class Program:
         name = signal_name(signum)
         for step in steps:
             if step is Step.SHUT_DOWN:
-                if not self.begin_shutdown(name, signum=signum, delay=True):
+                # Named as the exit status will be, by the signal counted
+                # first: with several pending, CPython runs the handlers in
+                # the order of their numbers, while the watchdog reads them
+                # from the wakeup fd in the order they came.
+                first = self.escalation.first_signal or signum
+                if not self.begin_shutdown(
+                    signal_name(first), signum=first, delay=True
+                ):
                     logger.warning(
-                        "%s: already shutting down; send it again to force", name
+                        "%s: already shutting down; send it again to force",
+                        signal_name(first),
                     )
             elif step is Step.FORCE:
                 self.force(f"{name} again")
