@@ -11,6 +11,11 @@ from ._context import (
     JobContext as JobContext,
     JobStopped as JobStopped,
 )
+from ._leases import WorkerReplacedError as WorkerReplacedError
+from ._outages import (
+    StoreGoneError as StoreGoneError,
+    StoreUnavailableError as StoreUnavailableError,
+)
 from ._records import AuditEvent as AuditEvent, JobRecord as JobRecord
 from ._sql import LostJobError as LostJobError, StoreError as StoreError
 from ._states import (
@@ -21,11 +26,8 @@ from ._states import (
     JobState as JobState,
 )
 from ._store import JobStore as JobStore, open_store as open_store
-from ._worker import (
-    JobFunction as JobFunction,
-    Worker as Worker,
-    WorkerStatistics as WorkerStatistics,
-)
+from ._supervisor import JobFunction as JobFunction
+from ._worker import Worker as Worker, WorkerStatistics as WorkerStatistics
 
 # Where each public name is really defined; the documentation build needs it
 # to find the docstrings of attributes in the source.

@@ -18,6 +18,7 @@ from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ._leases import LeaseQueries
 from ._records import AuditEvent, JobRecord
 from ._states import JobEvent, JobNotFoundError, JobState, check_transition
 
@@ -57,7 +58,8 @@ CREATE TABLE IF NOT EXISTS job_events (
 );
 CREATE TABLE IF NOT EXISTS job_workers (
     id TEXT PRIMARY KEY,
-    expires_at {real} NOT NULL
+    expires_at {real} NOT NULL,
+    incarnation TEXT NOT NULL
 );
 """
 
@@ -111,7 +113,7 @@ def _record(row: Sequence[Any]) -> JobRecord:
     )
 
 
-class SqlQueries(abc.ABC):
+class SqlQueries(LeaseQueries):
     """The store's operations, over a dialect's `_execute`; calls must not overlap."""
 
     #: The column that orders jobs submitted in the same instant.
@@ -136,6 +138,17 @@ class SqlQueries(abc.ABC):
     def close(self) -> None:
         """Close the connection."""
 
+    @abc.abstractmethod
+    def is_outage(self, exc: BaseException) -> bool:
+        """True if ``exc`` means the store is away for now, not a bug (`_outages`)."""
+
+    @abc.abstractmethod
+    def _rollback(self) -> None:
+        """End the failed transaction, if the connection still has one."""
+
+    def check(self) -> None:
+        """Raise `StoreGoneError` if the store is no longer where it was opened."""
+
     def _now(self, now: float) -> float:
         """The time to record: the caller's clock unless the database keeps its own."""
         return now
@@ -154,9 +167,16 @@ class SqlQueries(abc.ABC):
         try:
             yield
         except BaseException:
-            self._execute("ROLLBACK")
+            self._rollback()
             raise
         self._execute("COMMIT")
+
+    def _select(self, where: str, args: Sequence[Any]) -> list[JobRecord]:
+        rows = self._execute(
+            f"SELECT {_COLUMNS} FROM jobs WHERE {where} ORDER BY id{self.lock_rows}",
+            args,
+        )
+        return [_record(row) for row in rows]
 
     def _get(self, job_id: str, *, lock: bool = False) -> JobRecord:
         rows = self._execute(
@@ -228,11 +248,17 @@ class SqlQueries(abc.ABC):
         return job_id
 
     def claim(
-        self, worker: str, *, now: float, lease: float, stale_after: float | None
+        self,
+        worker: str,
+        *,
+        now: float,
+        lease: float,
+        stale_after: float | None,
+        incarnation: str | None = None,
     ) -> JobRecord | None:
         with self._transaction():
             now = self._now(now)
-            self._renew(worker, now + lease)
+            self._renew(worker, now + lease, incarnation=incarnation)
             rows = self._execute(
                 f"SELECT {_COLUMNS} FROM jobs WHERE state = ? "
                 f"ORDER BY created_at, {self.order_column} LIMIT 1{self.lock_rows}",
@@ -337,69 +363,6 @@ class SqlQueries(abc.ABC):
             (worker, JobState.RUNNING.value),
         )
         return [row[0] for row in rows]
-
-    def _renew(self, worker: str, expires_at: float) -> None:
-        self._execute(
-            "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at",
-            (worker, expires_at),
-        )
-
-    def renew_lease(self, worker: str, *, now: float, lease: float) -> None:
-        with self._transaction():
-            self._renew(worker, self._now(now) + lease)
-
-    def drop_lease(self, worker: str) -> None:
-        with self._transaction():
-            self._execute("DELETE FROM job_workers WHERE id = ?", (worker,))
-
-    def leases(self) -> dict[str, float]:
-        rows = self._execute("SELECT id, expires_at FROM job_workers ORDER BY id")
-        return {row[0]: row[1] for row in rows}
-
-    def rescue(self, *, now: float, rescuer: str) -> list[JobRecord]:
-        """Settle the jobs of workers whose lease has expired; return them."""
-        rescued: list[JobRecord] = []
-        with self._transaction():
-            now = self._now(now)
-            rows = self._execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE state IN (?, ?, ?) "
-                "AND NOT EXISTS (SELECT 1 FROM job_workers w "
-                f"WHERE w.id = jobs.worker AND w.expires_at > ?) ORDER BY id"
-                f"{self.lock_rows}",
-                (
-                    JobState.RUNNING.value,
-                    JobState.CANCELLING.value,
-                    JobState.TIMING_OUT.value,
-                    now,
-                ),
-            )
-            for row in rows:
-                rescued.append(self._settle(_record(row), now=now, rescuer=rescuer))
-        return rescued
-
-    def _settle(self, job: JobRecord, *, now: float, rescuer: str) -> JobRecord:
-        why = f"worker {job.worker!r} is gone (its lease expired)"
-        if job.state is JobState.RUNNING and job.cancel_requested_at is not None:
-            job = self._write(
-                job, JobEvent.CANCEL, now=now, worker=rescuer, reason=why, changes={}
-            )
-        changes: dict[str, Any] = {}
-        if job.state is JobState.CANCELLING:
-            event, changes = JobEvent.FINISH_CANCEL, {"error": "cancelled"}
-        elif job.state is JobState.TIMING_OUT:
-            event = JobEvent.FINISH_TIME_OUT
-        elif job.attempts - job.handbacks >= job.max_attempts:
-            event = JobEvent.FAIL
-            changes = {
-                "error": f"{why} on attempt {job.attempts}, "
-                f"the last of {job.max_attempts}"
-            }
-        else:
-            event = JobEvent.REQUEUE
-        return self._write(
-            job, event, now=now, worker=rescuer, reason=why, changes=changes
-        )
 
     def get(self, job_id: str) -> JobRecord:
         return self._get(job_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 import attrs
@@ -142,11 +142,21 @@ class JobStore:
         )
 
     async def claim(
-        self, worker: str, *, lease: float, stale_after: float | None = None
+        self,
+        worker: str,
+        *,
+        lease: float,
+        stale_after: float | None = None,
+        incarnation: str | None = None,
     ) -> JobRecord | None:
         """Claim the oldest queued job for ``worker`` and renew its lease.
 
         ``stale_after`` is recorded with the job (`JobRecord.stale_after`).
+        With ``incarnation``, the lease is renewed only if that process still
+        holds the worker's id (see `take_over`).
+
+        Raises:
+            WorkerReplacedError: if another incarnation holds the id.
         """
         worker = _check_worker(worker)
         return await self._call(
@@ -155,6 +165,37 @@ class JobStore:
             now=self.now(),
             lease=lease,
             stale_after=stale_after,
+            incarnation=incarnation,
+        )
+
+    async def take_over(
+        self, worker: str, *, incarnation: str, lease: float
+    ) -> list[JobRecord]:
+        """Hold ``worker``'s id as the process ``incarnation``, at its start.
+
+        An earlier process under the id is gone or about to stop (its next
+        renewal raises `WorkerReplacedError`): the jobs the id held are
+        settled at once, as a rescue settles those of an expired lease.
+        Returns them.
+        """
+        return await self._call(
+            self._queries.take_over,
+            _check_worker(worker),
+            now=self.now(),
+            lease=lease,
+            incarnation=incarnation,
+        )
+
+    async def release_strays(
+        self, worker: str, *, held: Collection[str]
+    ) -> list[JobRecord]:
+        """Queue again the running jobs of ``worker`` not in ``held``; return them.
+
+        For a worker whose claim failed as the store went away: the claim
+        may have been committed without the answer coming back.
+        """
+        return await self._call(
+            self._queries.release_strays, worker, now=self.now(), held=held
         )
 
     async def finish(
@@ -213,13 +254,21 @@ class JobStore:
         """Ids of the running jobs of ``worker`` whose cancellation was requested."""
         return await self._call(self._queries.cancel_requests, worker)
 
-    async def renew_lease(self, worker: str, *, lease: float) -> None:
-        """Extend ``worker``'s lease to ``lease`` seconds from now."""
+    async def renew_lease(
+        self, worker: str, *, lease: float, incarnation: str | None = None
+    ) -> None:
+        """Extend ``worker``'s lease to ``lease`` seconds from now.
+
+        Raises:
+            WorkerReplacedError: if ``incarnation`` is given and another one
+                holds the id (see `take_over`).
+        """
         await self._call(
             self._queries.renew_lease,
             _check_worker(worker),
             now=self.now(),
             lease=lease,
+            incarnation=incarnation,
         )
 
     async def drop_lease(self, worker: str) -> None:
@@ -263,6 +312,22 @@ class JobStore:
         """The audit log, of one job or of all, oldest first."""
         return await self._call(self._queries.events, job_id)
 
+    def is_outage(self, exc: BaseException) -> bool:
+        """True if ``exc``, raised by this store, means it is away for now.
+
+        Such an error (a lost connection, a lock held past the busy timeout,
+        a disk refusing writes) goes away by itself: retry the operation
+        later. Any other error is a bug. Not a checkpoint.
+        """
+        return self._queries.is_outage(exc)
+
+    def check(self) -> None:
+        """Raise `StoreGoneError` if the store's file was deleted or replaced.
+
+        A no-op for PostgreSQL. Not a checkpoint.
+        """
+        self._queries.check()
+
     def close(self) -> None:
         """Close the database connection. Not a checkpoint."""
         self._queries.close()
@@ -275,6 +340,22 @@ class JobStore:
         self.close()
 
 
+def _sqlite_options(query: str) -> dict[str, float]:
+    if not query:
+        return {}
+    name, _, text = query.partition("=")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if name != "busy_timeout" or not (seconds >= 0 and math.isfinite(seconds)):
+        raise ValueError(
+            "the only option of a SQLite store URL is busy_timeout=SECONDS "
+            f"(a finite number >= 0), not {query!r}"
+        )
+    return {"busy_timeout": seconds}
+
+
 def open_store(
     url: str = DEFAULT_STORE_URL,
     *,
@@ -285,7 +366,9 @@ def open_store(
 
     Args:
         url (str): ``sqlite:///path/to/file.db`` (a relative path after the
-            three slashes, an absolute one after four), or a PostgreSQL
+            three slashes, an absolute one after four; ``?busy_timeout=S``
+            sets how long a statement waits for another process's lock
+            before the worker counts an outage, 30 s by default), or a PostgreSQL
             connection URL ``postgresql://user@host/database`` (needs the
             ``postgres`` extra).
         clock: As for `JobStore`.
@@ -301,7 +384,8 @@ def open_store(
         raise TypeError(f"store URL must be a string, not {url!r}")
     prefix = "sqlite:///"
     if url.startswith(prefix) and len(url) > len(prefix):
-        return JobStore(SQLiteQueries(url[len(prefix) :]), clock, offload)
+        path, _, query = url[len(prefix) :].partition("?")
+        return JobStore(SQLiteQueries(path, **_sqlite_options(query)), clock, offload)
     if url.startswith(("postgresql://", "postgres://")):
         return JobStore(PostgresQueries(url), clock, offload)
     raise ValueError(
