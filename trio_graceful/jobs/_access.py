@@ -68,11 +68,14 @@ class StoreAccess:
         self._give_up_at = min(self._give_up_at, deadline)
         self._giving_up.set()
 
-    async def call(self, what: str, operation: Callable[[], Awaitable[R]]) -> R:
+    async def call(
+        self, what: str, operation: Callable[[], Awaitable[R]], *, writes: bool = True
+    ) -> R:
         """Run ``operation`` until it succeeds or fails with a bug.
 
-        ``what`` says what the worker was doing, for the log. This is a
-        checkpoint.
+        ``what`` says what the worker was doing, for the log. Only an
+        operation that ``writes`` ends an outage when it succeeds: a locked
+        SQLite file still serves reads. This is a checkpoint.
 
         Raises:
             StoreUnavailableError: if the store is still away at the
@@ -96,7 +99,8 @@ class StoreAccess:
                     await trio.sleep_until(min(retry_at, self._give_up_at))
                 delay = min(delay * 2, self.max_delay)
             else:
-                self._end()
+                if writes:
+                    self._end()
                 return result
 
     async def wait_recovered(self) -> None:

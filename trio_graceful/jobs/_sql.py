@@ -329,7 +329,8 @@ class SqlQueries(LeaseQueries):
     ) -> None:
         with self._transaction():
             now = self._now(now)
-            self._owned(job_id, worker, attempt)
+            if self._owned(job_id, worker, attempt).state is not JobState.RUNNING:
+                return  # a late write of progress never changes an ending
             self._execute(
                 "UPDATE jobs SET progress = ?, last_heartbeat_at = ? WHERE id = ?",
                 (json.dumps(dict(progress)), now, job_id),

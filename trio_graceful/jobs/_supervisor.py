@@ -23,6 +23,7 @@ kept in the attempt and written when the store is back (the last wins).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -100,7 +101,8 @@ class Supervisor:
         for attempt in list(self.running.values()):
             while attempt.unsaved is not None and attempt.job.id in self.running:
                 progress, attempt.unsaved = attempt.unsaved, None
-                await self._save(attempt, progress)
+                save = functools.partial(self._save, attempt, progress)
+                await self.access.call("saving progress", save)
 
     def _trace(self, job_id: str, source: JobState, target: JobState) -> None:
         if tracing.active:

@@ -267,6 +267,7 @@ class Worker:
                     await self._access.call(
                         "reading cancel requests",
                         lambda: self.store.cancel_requests(self.worker_id),
+                        writes=False,
                     )
                 )
             await self._pause()
