@@ -21,6 +21,7 @@ import trio
 import trio.testing
 from hypothesis import given, settings, strategies as st
 
+import trio_graceful
 from trio_graceful import open_inbox
 from trio_graceful._run._lifecycle import Event, LifecycleState
 from trio_graceful.jobs import (
@@ -364,3 +365,31 @@ def test_random_outages_never_fail_a_job(
     finally:
         while support.opened:
             support.opened.pop().close()
+
+
+def test_a_worker_under_the_runner_degrades_the_program(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    seen: list[tuple[LifecycleState, str]] = []
+
+    async def main() -> None:
+        lifecycle = trio_graceful.current_runner().lifecycle
+        store = locked_store(path)
+        await store.submit("steps", {"steps": 3})
+        worker = make_worker(store, {"steps": steps})
+        await trio_graceful.current_runner().start_service(worker.serve)
+        await trio.sleep(1.5)
+        with write_lock(path):
+            await trio.sleep(5)
+            seen.append((lifecycle.state, lifecycle.reason))
+        await trio.sleep(5)
+        seen.append((lifecycle.state, lifecycle.reason))
+
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    assert trio_graceful.run(main, clock=clock) == 0
+    [(during, why), (after, why_after)] = seen
+    assert during is LifecycleState.DEGRADED
+    assert re.fullmatch(
+        r"worker w1: job store unreachable \(.+: database is locked\)", why
+    )
+    assert after is LifecycleState.READY
+    assert why_after.startswith("worker w1: job store back after ")
