@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.examples.test_jobs_service import PATIENCE, Service, stop_all
+from trio_graceful.jobs import StoreError, open_store
 
 from .faults_support import (
     assert_each_completed_once,
@@ -182,3 +184,17 @@ def test_postgres_restarted_and_stopped_under_running_workers(tmp_path: Path) ->
             assert [service.stop(w) for w in workers] == [0, 0]
         finally:
             stop_all(service)
+
+
+def test_a_server_that_never_answers_is_given_up_on(tmp_path: Path) -> None:
+    pytest.importorskip("psycopg")
+    # Accepts the connection (the kernel does) and never says a word.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match=r"^cannot connect to the PostgreSQL"):
+            open_store(f"postgresql://postgres@127.0.0.1:{port}/jobs")
+        # The connect timeout is 5 s (libpq may try twice: with and without SSL).
+        assert time.monotonic() - t0 < PATIENCE
