@@ -107,7 +107,7 @@ class Worker:
     heartbeat_interval: float = attrs.field(default=1.0, kw_only=True)
     budget: ThreadBudget | None = attrs.field(default=None, kw_only=True)
     incarnation: str = attrs.field(factory=lambda: uuid.uuid4().hex, init=False)
-    """This process's life under `worker_id` (random); see `JobStore.take_over`."""
+    """This process's life under ``worker_id`` (random); see `JobStore.take_over`."""
     _claimed: int = attrs.field(default=0, init=False)
     _news: trio.Event = attrs.field(factory=trio.Event, init=False)
     _access: StoreAccess = attrs.field(init=False)
@@ -165,7 +165,7 @@ class Worker:
         and drops its lease. This is a checkpoint.
 
         Raises:
-            WorkerReplacedError: if a new process took over `worker_id`.
+            WorkerReplacedError: if a new process took over ``worker_id``.
             StoreGoneError: if the SQLite file was deleted or replaced.
         """
         self._access.lifecycle = _current_lifecycle()
