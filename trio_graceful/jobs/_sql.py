@@ -256,31 +256,52 @@ class SqlQueries(LeaseQueries):
         stale_after: float | None,
         incarnation: str | None = None,
     ) -> JobRecord | None:
+        jobs = self.claim_many(
+            worker,
+            now=now,
+            lease=lease,
+            stale_after=stale_after,
+            incarnation=incarnation,
+            limit=1,
+        )
+        return jobs[0] if jobs else None
+
+    def claim_many(
+        self,
+        worker: str,
+        *,
+        now: float,
+        lease: float,
+        stale_after: float | None,
+        incarnation: str | None = None,
+        limit: int,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` of the oldest queued jobs, in one transaction."""
         with self._transaction():
             now = self._now(now)
             self._renew(worker, now + lease, incarnation=incarnation)
             rows = self._execute(
                 f"SELECT {_COLUMNS} FROM jobs WHERE state = ? "
-                f"ORDER BY created_at, {self.order_column} LIMIT 1{self.lock_rows}",
-                (JobState.QUEUED.value,),
+                f"ORDER BY created_at, {self.order_column} LIMIT ?{self.lock_rows}",
+                (JobState.QUEUED.value, limit),
             )
-            if not rows:
-                return None
-            job = _record(rows[0])
-            return self._write(
-                job,
-                JobEvent.CLAIM,
-                now=now,
-                worker=worker,
-                reason=f"attempt {job.attempts + 1}",
-                changes={
-                    "attempts": job.attempts + 1,
-                    "worker": worker,
-                    "started_at": now,
-                    "stale_after": stale_after,
-                    "elapsed": None,
-                },
-            )
+            return [
+                self._write(
+                    job,
+                    JobEvent.CLAIM,
+                    now=now,
+                    worker=worker,
+                    reason=f"attempt {job.attempts + 1}",
+                    changes={
+                        "attempts": job.attempts + 1,
+                        "worker": worker,
+                        "started_at": now,
+                        "stale_after": stale_after,
+                        "elapsed": None,
+                    },
+                )
+                for job in map(_record, rows)
+            ]
 
     def _owned(self, job_id: str, worker: str, attempt: int) -> JobRecord:
         job = self._get(job_id, lock=True)

@@ -168,6 +168,80 @@ class JobStore:
             incarnation=incarnation,
         )
 
+    async def claim_many(
+        self,
+        worker: str,
+        *,
+        limit: int,
+        lease: float,
+        stale_after: float | None = None,
+        incarnation: str | None = None,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` queued jobs, oldest first, in one transaction.
+
+        As `claim` otherwise.
+        """
+        return await self._call(
+            self._queries.claim_many,
+            _check_worker(worker),
+            now=self.now(),
+            lease=lease,
+            stale_after=stale_after,
+            incarnation=incarnation,
+            limit=limit,
+        )
+
+    async def finish_then_claim(
+        self,
+        job_id: str,
+        event: JobEvent,
+        *,
+        worker: str,
+        attempt: int,
+        reason: str,
+        limit: int,
+        lease: float,
+        stale_after: float | None,
+        incarnation: str | None,
+        **changes: Any,
+    ) -> tuple[JobRecord, list[JobRecord] | None]:
+        """`finish`, then `claim_many`, in one trip to the worker thread.
+
+        Two transactions, as two calls would make: only the trip is saved.
+        Returns the finished job and the jobs claimed, or None for them if
+        the claim failed with an outage (it may have been committed all the
+        same). Raises what `finish` raises.
+        """
+        now = self.now()
+
+        def finish_then_claim() -> tuple[JobRecord, list[JobRecord] | None]:
+            queries = self._queries
+            job = queries.finish(
+                job_id,
+                event,
+                worker=worker,
+                attempt=attempt,
+                now=now,
+                reason=reason,
+                changes=changes,
+            )
+            try:
+                claimed = queries.claim_many(
+                    worker,
+                    now=now,
+                    lease=lease,
+                    stale_after=stale_after,
+                    incarnation=incarnation,
+                    limit=limit,
+                )
+            except Exception as exc:
+                if not queries.is_outage(exc):
+                    raise
+                return job, None
+            return job, claimed
+
+        return await self._call(finish_then_claim)
+
     async def take_over(
         self, worker: str, *, incarnation: str, lease: float
     ) -> list[JobRecord]:

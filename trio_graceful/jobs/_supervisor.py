@@ -40,6 +40,7 @@ from .._core._openbundle import open_bundle
 from .._core._trace import TraceKind, emit, tracing
 from ._access import StoreAccess
 from ._attempt import Attempt, AttemptEvent, AttemptState
+from ._claims import Claims
 from ._context import JobContext, JobStopped
 from ._outages import StoreUnavailableError
 from ._records import JobRecord
@@ -61,18 +62,25 @@ class Supervisor:
     cancel_grace: float
     heartbeat_interval: float
     budget: ThreadBudget | None
+    claims: Claims
     running: dict[str, Attempt] = attrs.field(factory=dict[str, Attempt])
     ended: dict[str, int] = attrs.field(factory=dict[str, int])
+    #: Where the attempts run, while the worker serves.
+    bundle: Bundle | None = None
     drain_deadline: float | None = None
     #: Jobs whose ending could not be written before the drain deadline.
     unsettled: list[str] = attrs.field(factory=list[str])
     _slot_freed: trio.Event = attrs.field(factory=trio.Event)
 
-    def add(self, job: JobRecord, jobs: Bundle) -> None:
-        """Start an attempt of ``job``, just claimed, in ``jobs``. Not a checkpoint."""
-        attempt = self.running[job.id] = Attempt(job)
-        self._trace(job.id, JobState.QUEUED, JobState.RUNNING)
-        jobs.start_soon(self._supervise, attempt, name=f"job {job.id}")
+    def add(self, jobs: list[JobRecord]) -> None:
+        """Start an attempt of each job of ``jobs``, just claimed. Not a checkpoint."""
+        assert self.bundle is not None
+        for job in jobs:
+            attempt = self.running[job.id] = Attempt(job)
+            self._trace(job.id, JobState.QUEUED, JobState.RUNNING)
+            if self.drain_deadline is not None:
+                attempt.apply(AttemptEvent.DRAIN)  # claimed as the drain began
+            self.bundle.start_soon(self._supervise, attempt, name=f"job {job.id}")
 
     async def wait_slot(self, concurrency: int) -> None:
         """Wait until fewer than ``concurrency`` attempts run. This is a checkpoint."""
@@ -84,6 +92,7 @@ class Supervisor:
     def drain(self, grace: float) -> None:
         """Give every attempt STOP and ``grace`` seconds. Not a checkpoint."""
         self.drain_deadline = trio.current_time() + grace
+        self.claims.open = False
         self.access.give_up_at(self.drain_deadline)
         for attempt in self.running.values():
             attempt.apply(AttemptEvent.DRAIN)
@@ -136,15 +145,32 @@ class Supervisor:
     async def _write(
         self, attempt: Attempt, event: JobEvent, reason: str, **changes: Any
     ) -> None:
+        """Write ``event``; after an ending, claim the next jobs in the same trip."""
         job = attempt.job
         store = self.access.store
+        target = TRANSITIONS[job.state, event]
         tries = 0
 
-        async def write() -> JobRecord:
+        async def write() -> tuple[JobRecord, list[JobRecord] | None]:
             nonlocal tries
             tries += 1
+            limit = self.claims.free(len(self.running) - 1)
             try:
-                return await store.finish(
+                if tries == 1 and target.terminal and limit:
+                    claims = self.claims
+                    return await store.finish_then_claim(
+                        job.id,
+                        event,
+                        worker=self.worker_id,
+                        attempt=job.attempts,
+                        reason=reason,
+                        limit=limit,
+                        lease=claims.lease,
+                        stale_after=claims.stale_after,
+                        incarnation=claims.incarnation,
+                        **changes,
+                    )
+                done = await store.finish(
                     job.id,
                     event,
                     worker=self.worker_id,
@@ -152,17 +178,19 @@ class Supervisor:
                     reason=reason,
                     **changes,
                 )
+                return done, []
             except IllegalJobTransitionError:
                 # A try that failed with an outage may have been committed
                 # all the same (the answer was lost with the connection).
                 now = await store.get(job.id) if tries > 1 else job
-                expected = (TRANSITIONS.get((job.state, event)), self.worker_id)
+                expected = (target, self.worker_id)
                 if (now.state, now.worker) != expected or now.attempts != job.attempts:
                     raise
-                return now
+                return now, []
 
-        attempt.job = await self.access.call(f"settling job {job.id}", write)
+        attempt.job, claimed = await self.access.call(f"settling job {job.id}", write)
         self._trace(job.id, job.state, attempt.job.state)
+        self.add(self.claims.count(claimed))
 
     async def _supervise(self, attempt: Attempt) -> None:
         job = attempt.job

@@ -15,6 +15,7 @@ at its next renewal (`WorkerReplacedError`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -27,13 +28,13 @@ import attrs
 import trio
 
 from .._children._threads import ThreadBudget
-from .._core._bundle import Bundle
 from .._core._inbox import InboxReceiver
 from .._core._openbundle import open_bundle
 from .._core._util import check_seconds
 from .._run._lifecycle import Lifecycle
 from .._run._runner import current_runner
 from ._access import StoreAccess
+from ._claims import Claims
 from ._outages import StoreUnavailableError
 from ._records import JobRecord
 from ._store import JobStore
@@ -108,10 +109,10 @@ class Worker:
     budget: ThreadBudget | None = attrs.field(default=None, kw_only=True)
     incarnation: str = attrs.field(factory=lambda: uuid.uuid4().hex, init=False)
     """This process's life under ``worker_id`` (random); see `JobStore.take_over`."""
-    _claimed: int = attrs.field(default=0, init=False)
     _news: trio.Event = attrs.field(factory=trio.Event, init=False)
     _access: StoreAccess = attrs.field(init=False)
     _jobs: Supervisor = attrs.field(init=False)
+    _claims: Claims = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(
@@ -132,6 +133,14 @@ class Worker:
         if not (self.lease > 0 and math.isfinite(self.lease)):
             raise ValueError(f"lease must be a finite number > 0, not {self.lease!r}")
         self._access = StoreAccess(self.store, f"worker {self.worker_id}")
+        self._claims = Claims(
+            self.store,
+            self.worker_id,
+            self.incarnation,
+            self.lease,
+            self.stale_after,
+            self.concurrency,
+        )
         self._jobs = Supervisor(
             self._access,
             self.worker_id,
@@ -139,13 +148,14 @@ class Worker:
             self.cancel_grace,
             self.heartbeat_interval,
             self.budget,
+            self._claims,
         )
 
     def statistics(self) -> WorkerStatistics:
         """A `WorkerStatistics` snapshot. Not a checkpoint."""
         return WorkerStatistics(
             running=len(self._jobs.running),
-            claimed=self._claimed,
+            claimed=self._claims.claimed,
             ended=dict(self._jobs.ended),
             draining=self._jobs.drain_deadline is not None,
         )
@@ -186,8 +196,9 @@ class Worker:
             if self.store.listens:
                 keepers.start_soon(self._listen)
             async with open_bundle(name=f"jobs of {self.worker_id}") as jobs:
+                self._jobs.bundle = jobs
                 task_status.started(self)
-                await inbox.until_stop(self._claim_forever, jobs)
+                await inbox.until_stop(self._claim_forever)
                 logger.info(
                     "worker %s: draining %d jobs",
                     self.worker_id,
@@ -216,36 +227,16 @@ class Worker:
             ", ".join(unsettled) or "none",
         )
 
-    async def _claim_forever(self, jobs: Bundle) -> None:
-        # After a claim failed with an outage, its commit may still have
-        # happened: such a job runs under our id, unknown to us.
-        uncertain = False
-
-        async def claim() -> JobRecord | None:
-            nonlocal uncertain
-            if uncertain:
-                strays = await self.store.release_strays(
-                    self.worker_id, held=list(self._jobs.running)
-                )
-                self._log_settled(strays, "released")
-            uncertain = True
-            job = await self.store.claim(
-                self.worker_id,
-                lease=self.lease,
-                stale_after=self.stale_after,
-                incarnation=self.incarnation,
-            )
-            uncertain = False
-            return job
-
+    async def _claim_forever(self) -> None:
+        running = self._jobs.running
         while True:
             await self._jobs.wait_slot(self.concurrency)
-            job = await self._access.call("claiming", claim)
-            if job is None:
+            limit = self._claims.free(len(running))
+            claim = functools.partial(self._claims.claim, running.keys(), limit)
+            jobs = await self._access.call("claiming", claim)
+            if not jobs:
                 await self._pause()
-                continue
-            self._claimed += 1
-            self._jobs.add(job, jobs)
+            self._jobs.add(jobs)
 
     async def _renew_lease(self) -> None:
         while True:
