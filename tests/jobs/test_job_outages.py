@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -445,3 +446,42 @@ async def test_a_settlement_claims_the_next_job_in_the_same_trip(
     assert "finish" not in store.trips[: store.trips.index("drop_lease")]
     runs = [(await store.get(i)).started_at for i in ids]
     assert runs == [0, 1, 2]
+
+
+@pytest.mark.parametrize("query", ["busy_timeout=soon", "busy_timeout=-1", "wal=1"])
+def test_a_bad_sqlite_url_option_is_refused(tmp_path: Path, query: str) -> None:
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"^the only option of a SQLite store URL is busy_timeout=SECONDS "
+            rf"\(a finite number >= 0\), not '{query}'$"
+        ),
+    ):
+        open_store(f"sqlite:///{tmp_path}/jobs.db?{query}")
+    assert not (tmp_path / "jobs.db").exists()  # refused before anything changed
+
+
+@pytest.mark.realtime
+def test_the_busy_timeout_is_how_long_a_statement_waits(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    with open_store(f"sqlite:///{path}?busy_timeout=0.5") as store, write_lock(path):
+        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        t0 = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError) as raised:
+            queries.renew_lease("w", now=0, lease=1)
+        assert 0.5 <= time.monotonic() - t0 < 30
+        assert store.is_outage(raised.value)
+
+
+def test_which_postgres_errors_are_outages(postgres_url: str, tmp_path: Path) -> None:
+    import psycopg
+
+    with open_store(postgres_url) as store:
+        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        with pytest.raises(psycopg.Error) as bug:
+            queries._execute("SELEKT 1")  # pyright: ignore[reportPrivateUsage]
+        assert not store.is_outage(bug.value)
+        with pytest.raises(psycopg.OperationalError) as refused:
+            psycopg.connect(f"postgresql://postgres@/postgres?host={tmp_path}")
+        assert store.is_outage(refused.value)
+        assert not store.is_outage(sqlite3.OperationalError("database is locked"))
