@@ -198,3 +198,34 @@ def test_a_server_that_never_answers_is_given_up_on(tmp_path: Path) -> None:
             open_store(f"postgresql://postgres@127.0.0.1:{port}/jobs")
         # The connect timeout is 5 s (libpq may try twice: with and without SSL).
         assert time.monotonic() - t0 < PATIENCE
+
+
+def test_postgres_down_at_the_shutdown_leaves_jobs_for_the_rescue(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("psycopg")
+    with own_postgres() as server:
+        service = Service(tmp_path, server.url)
+        try:
+            ids = submit_many(service.url, 6, steps=40, step_ms=100)
+            first = service.start_worker("A", "--lease", "2", "--grace", "1")
+            started(service, "A")
+            service.wait("some progress", lambda: service.step(ids[0]) >= 2)
+            server.ctl("-m", "fast", "stop")
+            t0 = time.monotonic()
+            first.send_signal(signal.SIGTERM)
+            # Bounded by the grace, not by the store: well before it is back.
+            assert first.wait(timeout=PATIENCE) == 0
+            assert time.monotonic() - t0 < PATIENCE
+            server.ctl("start")
+            left = re.search(
+                r"jobs left for the lease rescue: (.*)", log_of(service, "A")
+            )
+            assert left is not None
+            assert set(left.group(1).split(", ")) <= set(ids)
+            second = service.start_worker("B", "--concurrency", "6")
+            wait_all_ended(service, ids)
+            assert_each_completed_once(service, ids, 40)
+            assert service.stop(second) == 0
+        finally:
+            stop_all(service)

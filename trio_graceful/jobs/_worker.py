@@ -15,13 +15,14 @@ at its next renewal (`WorkerReplacedError`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import attrs
@@ -188,13 +189,15 @@ class Worker:
         self._log_settled(taken, "took over")
         await self._rescue()
         async with trio.open_nursery() as keepers:
-            keepers.start_soon(self._renew_lease)
-            keepers.start_soon(self._serve_cancel_requests)
-            keepers.start_soon(self._rescue_periodically)
-            keepers.start_soon(self._flush_progress)
-            keepers.start_soon(self._watch_store)
-            if self.store.listens:
-                keepers.start_soon(self._listen)
+            for keeper in (
+                self._renew_lease,
+                self._serve_cancel_requests,
+                self._rescue_periodically,
+                self._flush_progress,
+                self._watch_store,
+                *([self._listen] if self.store.listens else []),
+            ):
+                keepers.start_soon(self._keep, keeper, name=keeper.__name__)
             async with open_bundle(name=f"jobs of {self.worker_id}") as jobs:
                 self._jobs.bundle = jobs
                 task_status.started(self)
@@ -207,6 +210,12 @@ class Worker:
                 self._jobs.drain(self.grace)
             keepers.cancel_scope.cancel(reason="the worker's jobs have ended")
         await self._leave()
+
+    async def _keep(self, keeper: Callable[[], Awaitable[None]]) -> None:
+        # Once the drain's grace is over, what a keeper would write is left
+        # for the rescue: it ends, and the worker with it.
+        with contextlib.suppress(StoreUnavailableError):
+            await keeper()
 
     async def _leave(self) -> None:
         """Drop the lease, or say which jobs the lease rescue will settle."""
