@@ -24,7 +24,7 @@ from hypothesis import given, settings, strategies as st
 
 import trio_graceful
 from trio_graceful import open_inbox
-from trio_graceful._run._lifecycle import Event, LifecycleState
+from trio_graceful._run._lifecycle import LifecycleState
 from trio_graceful.jobs import (
     TRANSITIONS,
     JobContext,
@@ -195,7 +195,7 @@ async def test_recovering_leaves_a_degradation_that_is_not_its_own(
         with write_lock(tmp_path / "jobs.db"):
             nursery.start_soon(access.call, "submitting", lambda: store.submit("k"))
             await trio.testing.wait_all_tasks_blocked()
-            lifecycle._transition(Event.DEGRADE, "the cache is down")
+            lifecycle.degrade("the cache is down")
     assert lifecycle.state is LifecycleState.DEGRADED
     assert lifecycle.reason == "the cache is down"
 
