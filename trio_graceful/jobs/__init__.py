@@ -12,6 +12,7 @@ from ._context import (
     JobStopped as JobStopped,
 )
 from ._leases import WorkerReplacedError as WorkerReplacedError
+from ._open import open_store as open_store
 from ._outages import (
     StoreGoneError as StoreGoneError,
     StoreUnavailableError as StoreUnavailableError,
@@ -25,7 +26,7 @@ from ._states import (
     JobNotFoundError as JobNotFoundError,
     JobState as JobState,
 )
-from ._store import JobStore as JobStore, open_store as open_store
+from ._store import JobStore as JobStore
 from ._supervisor import JobFunction as JobFunction
 from ._worker import Worker as Worker, WorkerStatistics as WorkerStatistics
 

@@ -52,6 +52,16 @@ logger = logging.getLogger("trio_graceful.jobs")
 JobFunction = Callable[[JobContext], Awaitable[Any]]
 
 
+def _trace(worker_id: str, job_id: str, source: JobState, target: JobState) -> None:
+    if tracing.active:
+        emit(
+            TraceKind.STATE_CHANGED,
+            f"jobs of {worker_id}",
+            f"job {job_id}",
+            detail=f"job {job_id}: {source.value} -> {target.value}",
+        )
+
+
 @attrs.define(eq=False)
 class Supervisor:
     """Runs and settles the attempts of the worker ``worker_id``."""
@@ -77,7 +87,7 @@ class Supervisor:
         assert self.bundle is not None
         for job in jobs:
             attempt = self.running[job.id] = Attempt(job)
-            self._trace(job.id, JobState.QUEUED, JobState.RUNNING)
+            _trace(self.worker_id, job.id, JobState.QUEUED, JobState.RUNNING)
             if self.drain_deadline is not None:
                 attempt.apply(AttemptEvent.DRAIN)  # claimed as the drain began
             self.bundle.start_soon(self._supervise, attempt, name=f"job {job.id}")
@@ -112,15 +122,6 @@ class Supervisor:
                 progress, attempt.unsaved = attempt.unsaved, None
                 save = functools.partial(self._save, attempt, progress)
                 await self.access.call("saving progress", save)
-
-    def _trace(self, job_id: str, source: JobState, target: JobState) -> None:
-        if tracing.active:
-            emit(
-                TraceKind.STATE_CHANGED,
-                f"jobs of {self.worker_id}",
-                f"job {job_id}",
-                detail=f"job {job_id}: {source.value} -> {target.value}",
-            )
 
     async def _save(self, attempt: Attempt, progress: Mapping[str, Any]) -> None:
         job = attempt.job
@@ -189,7 +190,7 @@ class Supervisor:
                 return now, []
 
         attempt.job, claimed = await self.access.call(f"settling job {job.id}", write)
-        self._trace(job.id, job.state, attempt.job.state)
+        _trace(self.worker_id, job.id, job.state, attempt.job.state)
         self.add(self.claims.count(claimed))
 
     async def _supervise(self, attempt: Attempt) -> None:
