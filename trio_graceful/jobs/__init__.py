@@ -12,6 +12,12 @@ from ._context import (
     JobStopped as JobStopped,
 )
 from ._functions import JobFunction as JobFunction
+from ._leases import WorkerReplacedError as WorkerReplacedError
+from ._open import open_store as open_store
+from ._outages import (
+    StoreGoneError as StoreGoneError,
+    StoreUnavailableError as StoreUnavailableError,
+)
 from ._records import AuditEvent as AuditEvent, JobRecord as JobRecord
 from ._sql import LostJobError as LostJobError, StoreError as StoreError
 from ._states import (
@@ -21,7 +27,7 @@ from ._states import (
     JobNotFoundError as JobNotFoundError,
     JobState as JobState,
 )
-from ._store import JobStore as JobStore, open_store as open_store
+from ._store import JobStore as JobStore
 from ._worker import Worker as Worker, WorkerStatistics as WorkerStatistics
 
 # Where each public name is really defined; the documentation build needs it
