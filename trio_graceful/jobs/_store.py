@@ -253,7 +253,7 @@ class JobStore:
             self._queries.release_strays,
             check_text(worker, argument="worker"),
             now=self.now(),
-            held=frozenset(held),
+            held=held,  # a live view, read when the store's turn comes (Claims)
         )
 
     async def finish(
