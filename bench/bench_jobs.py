@@ -1,9 +1,11 @@
 """Durable jobs: throughput, rescue time and cancel latency, on SQLite and PostgreSQL.
 
-* Throughput of claim -> run -> complete for no-op jobs, with 1 and 4 worker
-  processes, against a hand-written loop on the same store in the same run
-  (claim, complete, in one process, no Trio, no threads): the ratio is what
-  the library adds (threads for the driver, a bundle per job, its writes).
+* Throughput of claim -> run -> complete for no-op jobs and for jobs of
+  1 ms and 10 ms, with 1 and 4 worker processes, against a hand-written loop
+  on the same store in the same run (claim, the job's time, complete: the
+  same two durable transactions per job, in one process, no Trio, no
+  threads): the ratio is what the library adds (threads for the driver, a
+  bundle per job, its lease and cancel-request queries).
 * From a worker's SIGKILL to its job running on another worker (the lease
   is 1 s: most of this time is the lease running out).
 * From a cancel request to ``cancelled``: cooperative (the job checks
@@ -57,14 +59,15 @@ def submit_many(url: str, n: int, kind: str = "noop") -> None:
     q.close()
 
 
-def library_worker(url: str, *, offload: bool = True) -> None:
-    """A worker process running no-op jobs from "go" on stdin until SIGTERM.
+def library_worker(url: str, job_ms: float, *, offload: bool = True) -> None:
+    """A worker process running jobs of ``job_ms`` from "go" on stdin until SIGTERM.
 
     With ``offload=False`` the store runs its queries in the Trio thread.
     """
 
     async def noop(ctx: Any) -> None:
-        pass
+        if job_ms:
+            await trio.sleep(job_ms / 1000)
 
     async def main() -> None:
         # One job at a time, as the hand-written loop runs them: like for like.
@@ -85,8 +88,8 @@ def library_worker(url: str, *, offload: bool = True) -> None:
     trio.run(main)
 
 
-def hand_written_worker(url: str) -> None:
-    """The baseline: claim and complete in a plain loop until nothing is left."""
+def hand_written_worker(url: str, job_ms: float) -> None:
+    """The baseline: claim, wait ``job_ms``, complete, until nothing is left."""
     q = queries(url)
     name = f"raw-{os.getpid()}"
     print("ready", flush=True)
@@ -94,6 +97,8 @@ def hand_written_worker(url: str) -> None:
     while (
         job := q.claim(name, now=time.time(), lease=30, stale_after=None)
     ) is not None:
+        if job_ms:
+            time.sleep(job_ms / 1000)
         q.finish(
             job.id,
             JobEvent.COMPLETE,
@@ -131,7 +136,9 @@ def count_ended(url: str) -> int:
         q.close()
 
 
-def throughput(url: str, variant: str, processes: int, n: int) -> float:
+def throughput(
+    url: str, variant: str, processes: int, n: int, job_ms: float = 0
+) -> float:
     """Jobs per second from "go" to the last of ``n`` queued jobs ending.
 
     Both variants are measured alike: the jobs are queued and the worker
@@ -145,7 +152,7 @@ def throughput(url: str, variant: str, processes: int, n: int) -> float:
         "library, offload=False": "--child-inline",
         "hand-written": "--child-raw",
     }[variant]
-    workers = [spawn(child, url) for _ in range(processes)]
+    workers = [spawn(child, url, "--job-ms", str(job_ms)) for _ in range(processes)]
     t0 = time.perf_counter()
     for w in workers:
         assert w.stdin is not None
@@ -235,13 +242,14 @@ def main() -> None:
     parser.add_argument("--child-worker", default=None)
     parser.add_argument("--child-inline", default=None)
     parser.add_argument("--child-raw", default=None)
+    parser.add_argument("--job-ms", type=float, default=0.0)
     args = parser.parse_args()
     if args.child_worker:
-        return library_worker(args.child_worker)
+        return library_worker(args.child_worker, args.job_ms)
     if args.child_inline:
-        return library_worker(args.child_inline, offload=False)
+        return library_worker(args.child_inline, args.job_ms, offload=False)
     if args.child_raw:
-        return hand_written_worker(args.child_raw)
+        return hand_written_worker(args.child_raw, args.job_ms)
     n, reps = (500, 1) if args.quick else (2000, 3)
     stores = {"sqlite": f"sqlite:///{tempfile.mkdtemp()}/bench.db"}
     if args.postgres:
@@ -249,13 +257,17 @@ def main() -> None:
     results: dict[str, Any] = {"jobs": n, "repetitions": reps, "stores": {}}
     for name, url in stores.items():
         row: dict[str, Any] = {}
-        for processes in (1, 4):
+        for job_ms, processes in [(0, 1), (0, 4), (1, 1), (1, 4), (10, 1), (10, 4)]:
             variants = ["library", "library, offload=False", "hand-written"]
             rates: dict[str, list[float]] = {v: [] for v in variants}
             ratios: dict[str, list[float]] = {v: [] for v in variants[:2]}
+            # Fewer 10 ms jobs: each takes as long as 10 no-op ones.
+            count = n if job_ms < 10 else n // 4
             for _ in range(reps):
                 # Interleaved, so that the machine's load falls on all alike.
-                rate = {v: throughput(url, v, processes, n) for v in variants}
+                rate = {
+                    v: throughput(url, v, processes, count, job_ms) for v in variants
+                }
                 for v in variants:
                     rates[v].append(rate[v])
                 for v in ratios:
@@ -265,7 +277,8 @@ def main() -> None:
             }
             for v in ratios:
                 cells[f"{v} / hand-written"] = statistics.median(ratios[v])
-            row[f"{processes} processes"] = cells
+            what = "no-op jobs" if not job_ms else f"{job_ms} ms jobs"
+            row[f"{what}, {processes} processes"] = cells
         latencies = rescue_and_cancel(url, reps)
         row["latency s (median)"] = {
             k: statistics.median(v) for k, v in latencies.items()

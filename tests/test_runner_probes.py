@@ -64,6 +64,9 @@ def test_the_health_endpoint_through_every_stage():
         await look("starting")
         task_status.started()
         await look("ready")
+        runner.lifecycle.degrade("job store unreachable")
+        await look("degraded")
+        runner.lifecycle.recover()
         runner.request_shutdown("deploy")
         await look("withdrawn")
         status, body = await probe("/statusz")
@@ -84,6 +87,8 @@ def test_the_health_endpoint_through_every_stage():
         ("starting /readyz", 503, "not ready: starting\n"),
         ("ready /livez", 200, "live\n"),
         ("ready /readyz", 200, "ready\n"),
+        ("degraded /livez", 200, "live\n"),
+        ("degraded /readyz", 200, "ready: degraded (job store unreachable)\n"),
         ("withdrawn /livez", 200, "live\n"),
         (
             "withdrawn /readyz",

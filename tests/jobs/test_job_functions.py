@@ -20,7 +20,14 @@ import pytest
 import trio
 import trio.testing
 
-from trio_graceful.jobs import JobContext, JobState, JobStore, Worker, open_store
+from trio_graceful.jobs import (
+    JobContext,
+    JobEvent,
+    JobState,
+    JobStore,
+    Worker,
+    open_store,
+)
 from trio_graceful.jobs._traceback import HEAD, TAIL
 
 from .support import mock_store, serving, stubborn
@@ -277,3 +284,35 @@ async def test_a_result_or_progress_that_is_not_json_fails_the_job(
         """raised ValueError('progress["ratio"]: nan is not JSON """
         """(no NaN or infinity)')""",
     )
+
+
+async def test_finish_then_claim_keeps_the_traceback_and_claims_by_kind(
+    store_url: str,
+) -> None:
+    # The settlement of a worker's job claims the next ones in the same
+    # trip: only of the worker's kinds, with the ending's traceback stored.
+    with open_store(store_url, offload=False) as store:
+        one, other, two = [await store.submit(kind) for kind in "aba"]
+        claimed = await store.claim("w", lease=10, kinds=["a"])
+        assert claimed is not None
+        first = claimed.id
+        [second] = {one, two} - {first}
+        options: dict[str, Any] = {
+            "worker": "w",
+            "attempt": 1,
+            "reason": "raised",
+            "limit": 2,
+            "lease": 10,
+            "stale_after": None,
+            "incarnation": None,
+        }
+        with pytest.raises(ValueError, match=r"^kinds must name at least one job"):
+            await store.finish_then_claim(first, JobEvent.FAIL, kinds=[], **options)
+        assert (await store.get(first)).state is S.RUNNING
+        job, jobs = await store.finish_then_claim(
+            first, JobEvent.FAIL, traceback="Traceback: a\n", kinds=["a"], **options
+        )
+        assert (job.state, job.traceback) == (S.FAILED, "Traceback: a\n")
+        assert jobs is not None
+        assert [j.id for j in jobs] == [second]
+        assert (await store.get(other)).state is S.QUEUED

@@ -18,6 +18,7 @@ from trio_graceful.jobs import (
     JobState,
     LostJobError,
     StoreError,
+    WorkerReplacedError,
     open_store,
 )
 
@@ -288,3 +289,31 @@ async def test_a_dropped_lease_counts_as_expired(autojump_clock: object) -> None
     await store.drop_lease("w")
     [job] = await store.rescue(rescuer="r")
     assert (job.id, job.state) == (job_id, S.QUEUED)
+
+
+async def test_a_store_of_an_earlier_release_keeps_its_lease_table(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # Leases of an earlier release: no incarnation column. The incarnations
+    # live in a table of their own, so such a store is used as it is.
+    path = tmp_path / "jobs.db"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE job_workers (id TEXT PRIMARY KEY, expires_at REAL NOT NULL)"
+    )
+    db.execute("INSERT INTO job_workers VALUES ('w1', 5.0)")
+    db.commit()
+    db.close()
+    store = mock_store(str(path))
+    assert await store.take_over("w1", incarnation="new", lease=10) == []
+    with pytest.raises(WorkerReplacedError, match=r"\(incarnation new\); this one"):
+        await store.renew_lease("w1", lease=10, incarnation="old")
+    await trio.sleep(1)
+    await store.renew_lease("w1", lease=10, incarnation="new")
+    assert await store.leases() == {"w1": 11.0}
+    await store.drop_lease("w1")
+    assert await store.leases() == {}
+    db = sqlite3.connect(path)
+    columns = [row[1] for row in db.execute("PRAGMA table_info(job_workers)")]
+    db.close()
+    assert columns == ["id", "expires_at"]

@@ -78,7 +78,8 @@ class HealthAnswer:
     """JSON-able values, served at ``/statusz`` (keys sorted)."""
 
     reason: str = ""
-    """Why it is not ready, for the body of ``/readyz``'s 503."""
+    """Why it is not ready, or ready with a part not working (degraded), for
+    the body of ``/readyz``."""
 
 
 @attrs.frozen
@@ -366,7 +367,7 @@ def _reply(method: bytes, target: bytes, answer: Callable[[], HealthAnswer]) -> 
         return _text(200, "live") if now.live else _text(503, "not live")
     if path == b"/readyz":
         if now.ready:
-            return _text(200, "ready")
+            return _text(200, f"ready: {now.reason}" if now.reason else "ready")
         return _text(503, f"not ready: {now.reason}" if now.reason else "not ready")
     # Strict JSON: Infinity and NaN are JavaScript, and parsers refuse them.
     body = json.dumps(dict(now.status), sort_keys=True, allow_nan=False)

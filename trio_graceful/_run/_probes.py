@@ -143,7 +143,8 @@ class Probes:
             live=status.live,
             ready=status.ready,
             status=status.as_dict(),
-            reason="" if status.ready else status.describe(),
+            # Degraded is ready, but says why, as not ready does.
+            reason="" if status.state is LifecycleState.READY else status.describe(),
         )
 
     async def _report_progress(self) -> None:

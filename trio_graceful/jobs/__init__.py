@@ -16,6 +16,12 @@ if TYPE_CHECKING:
         JobStopped as JobStopped,
     )
     from ._functions import JobFunction as JobFunction
+    from ._leases import WorkerReplacedError as WorkerReplacedError
+    from ._open import open_store as open_store
+    from ._outages import (
+        StoreGoneError as StoreGoneError,
+        StoreUnavailableError as StoreUnavailableError,
+    )
     from ._records import (
         AuditEvent as AuditEvent,
         JobRecord as JobRecord,
@@ -31,10 +37,7 @@ if TYPE_CHECKING:
         JobNotFoundError as JobNotFoundError,
         JobState as JobState,
     )
-    from ._store import (
-        JobStore as JobStore,
-        open_store as open_store,
-    )
+    from ._store import JobStore as JobStore
     from ._worker import (
         Worker as Worker,
         WorkerStatistics as WorkerStatistics,
@@ -55,7 +58,10 @@ __all__ = [
     "JobStore",
     "LostJobError",
     "StoreError",
+    "StoreGoneError",
+    "StoreUnavailableError",
     "Worker",
+    "WorkerReplacedError",
     "WorkerStatistics",
     "open_store",
 ]
@@ -72,7 +78,10 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "JobNotFoundError",
         "JobState",
     ),
-    "._store": ("JobStore", "open_store"),
+    "._leases": ("WorkerReplacedError",),
+    "._open": ("open_store",),
+    "._outages": ("StoreGoneError", "StoreUnavailableError"),
+    "._store": ("JobStore",),
     "._functions": ("JobFunction",),
     "._worker": ("Worker", "WorkerStatistics"),
 }

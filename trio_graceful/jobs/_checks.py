@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from typing import Final, cast
+from typing import Any, Final, cast
 
+from .._core._util import check_seconds
 from ._states import JobNotFoundError
 
 # PostgreSQL's INTEGER, the narrower of the two stores' integer columns.
@@ -123,3 +124,44 @@ def check_timeout(value: object, *, argument: str = "timeout") -> float | None:
         TypeError, ValueError: as `check_duration`.
     """
     return None if value is None else check_duration(value, argument=argument)
+
+
+def check_incarnation(incarnation: object) -> str | None:
+    """Return ``incarnation`` if it is None or valid text."""
+    if incarnation is None:
+        return None
+    return check_text(incarnation, argument="incarnation")
+
+
+def claim_options(
+    worker: object,
+    lease: object,
+    stale_after: object,
+    kinds: object,
+    incarnation: object,
+) -> dict[str, Any]:
+    """The checked arguments of a claim, as the queries take them."""
+    return {
+        "worker": check_text(worker, argument="worker"),
+        "lease": check_duration(lease, argument="lease"),
+        "stale_after": (
+            None if stale_after is None else check_seconds("stale_after", stale_after)
+        ),
+        "kinds": check_kinds(kinds),
+        "incarnation": check_incarnation(incarnation),
+    }
+
+
+def finish_options(
+    job_id: object, worker: object, attempt: object, reason: object, traceback: object
+) -> dict[str, Any]:
+    """The checked arguments of a worker's transition, as the queries take them."""
+    return {
+        "job_id": check_job_id(job_id),
+        "worker": check_text(worker, argument="worker"),
+        "attempt": check_count(attempt, argument="attempt"),
+        "reason": check_text(reason, argument="reason", empty=True),
+        "traceback": (
+            None if traceback is None else check_text(traceback, argument="traceback")
+        ),
+    }

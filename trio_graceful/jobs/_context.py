@@ -127,7 +127,9 @@ class JobContext(metaclass=NoPublicConstructor):
         the worker's ``heartbeat_interval`` (so a chatty job does not hammer
         the store), or at once with ``save_now=True``. The latest progress is
         always saved when the job is handed back. A resumed attempt starts
-        from the last progress saved. This is a checkpoint.
+        from the last progress saved. During a store outage the call does
+        not wait: the latest progress is written when the store is back.
+        This is a checkpoint.
 
         Raises:
             TypeError: if ``progress`` is not a mapping, or holds a value

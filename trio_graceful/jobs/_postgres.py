@@ -7,6 +7,13 @@ take the same one. Every time written (leases above all) is the database's
 ``clock_timestamp()``, so the machines' clocks need not agree. Submissions
 and cancel requests are announced with ``NOTIFY``; a worker listens on a
 second connection and wakes at once instead of waiting for its next poll.
+
+Connections are made with a connect timeout and TCP keep-alives (unless
+the URL sets its own), so that a server that does not answer, or a peer
+that vanished without closing the connection, raises
+`psycopg.OperationalError` in bounded time instead of hanging. A
+connection that broke is replaced at the next transaction; the errors are
+outages that the worker retries (`_outages`).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._outages import is_postgres_outage
 from ._schema import SCHEMA
 from ._sql import SqlQueries, StoreError
 
@@ -24,6 +32,16 @@ if TYPE_CHECKING:
 CHANNEL = "trio_graceful_jobs"
 # Any constant: serializes the creation of the tables by several workers.
 _SCHEMA_LOCK = 7_140_221
+# libpq's parameters, unless the URL sets them: give up on a server that does
+# not answer a connection attempt after 5 s, and find a dead peer within
+# about 10 + 3 * 5 s of silence (rather than the kernel's two hours).
+_CONNECT_DEFAULTS = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+}
 
 
 def _redact(url: str) -> str:
@@ -45,10 +63,14 @@ class PostgresQueries(SqlQueries):
                 "the PostgreSQL store needs psycopg 3: "
                 "pip install 'trio_graceful[postgres]'"
             ) from None
+        from psycopg.conninfo import conninfo_to_dict
+
+        given = conninfo_to_dict(url)
         self._url = url
+        self._options = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given}
         self._listener: psycopg.Connection[Any] | None = None
         try:
-            self._db: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True)
+            self._db: psycopg.Connection[Any] = self._connect()
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot connect to the PostgreSQL store {_redact(url)!r}: {exc}"
@@ -67,8 +89,27 @@ class PostgresQueries(SqlQueries):
             cursor.execute(query, args)  # pyright: ignore[reportArgumentType]
             return cursor.fetchall() if cursor.description else []
 
+    def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        return psycopg.connect(
+            make_conninfo(self._url, **self._options), autocommit=True
+        )
+
     def _begin(self) -> None:
+        if self._db.closed:
+            self._db = self._connect()
         self._execute("BEGIN")
+
+    def _rollback(self) -> None:
+        # A broken connection (the server went away) has nothing to roll
+        # back; it is replaced at the next transaction.
+        if not self._db.closed:
+            self._execute("ROLLBACK")
+
+    def is_outage(self, exc: BaseException) -> bool:
+        return is_postgres_outage(exc)
 
     def _now(self, now: float) -> float:
         del now  # the database's clock judges leases for every machine
@@ -82,11 +123,16 @@ class PostgresQueries(SqlQueries):
     def wait_for_news(self, timeout: float) -> None:
         import psycopg
 
-        if self._listener is None:
-            self._listener = psycopg.connect(self._url, autocommit=True)
+        if self._listener is None or self._listener.closed:
+            self._listener = self._connect()
             self._listener.execute(f"LISTEN {CHANNEL}")
-        for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-            pass
+        try:
+            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                pass
+        except psycopg.Error:
+            # A new connection listens again at the next wait.
+            self._listener.close()
+            raise
 
     def close(self) -> None:
         self._db.close()

@@ -3,8 +3,9 @@
 Tables and indexes are created with ``IF NOT EXISTS`` when a store is
 opened, and never altered: a store made by an earlier release is used as it
 is. So what later releases add lives in tables and indexes of its own
-(``job_tracebacks``), or is derived from the audit log (when a job became
-queued), never in a new column of ``jobs``.
+(``job_tracebacks``, ``job_incarnations``), or is derived from the audit
+log (when a job became queued), never in a new column of ``jobs`` or
+``job_workers``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ CREATE TABLE IF NOT EXISTS job_workers (
     expires_at {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS job_events_by_job ON job_events (job, seq);
+CREATE TABLE IF NOT EXISTS job_incarnations (
+    id TEXT PRIMARY KEY,
+    incarnation TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS job_tracebacks (
     job TEXT PRIMARY KEY,
     traceback TEXT NOT NULL

@@ -18,9 +18,11 @@ from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ._records import AuditEvent, JobRecord
+from ._leases import LeaseQueries
+from ._reads import ReadQueries
+from ._records import JobRecord
 from ._schema import COLUMNS, record
-from ._states import JobEvent, JobNotFoundError, JobState, check_transition
+from ._states import JobEvent, JobState, check_transition
 
 
 class StoreError(Exception):
@@ -35,7 +37,7 @@ class LostJobError(RuntimeError):
     """
 
 
-class SqlQueries(abc.ABC):
+class SqlQueries(ReadQueries, LeaseQueries):
     """The store's operations, over a dialect's `_execute`; calls must not overlap."""
 
     #: The column that orders jobs submitted in the same instant.
@@ -60,6 +62,17 @@ class SqlQueries(abc.ABC):
     def close(self) -> None:
         """Close the connection."""
 
+    @abc.abstractmethod
+    def is_outage(self, exc: BaseException) -> bool:
+        """True if ``exc`` means the store is away for now, not a bug (`_outages`)."""
+
+    @abc.abstractmethod
+    def _rollback(self) -> None:
+        """End the failed transaction, if the connection still has one."""
+
+    def check(self) -> None:
+        """Raise `StoreGoneError` if the store is no longer where it was opened."""
+
     def _now(self, now: float) -> float:
         """The time to record: the caller's clock unless the database keeps its own."""
         return now
@@ -78,19 +91,9 @@ class SqlQueries(abc.ABC):
         try:
             yield
         except BaseException:
-            self._execute("ROLLBACK")
+            self._rollback()
             raise
         self._execute("COMMIT")
-
-    def _get(self, job_id: str, *, lock: bool = False) -> JobRecord:
-        rows = self._execute(
-            f"SELECT {COLUMNS} FROM jobs WHERE id = ?"
-            + (self.lock_row if lock else ""),
-            (job_id,),
-        )
-        if not rows:
-            raise JobNotFoundError(f"no job with id {job_id!r}")
-        return record(rows[0])
 
     def _write(
         self,
@@ -158,37 +161,63 @@ class SqlQueries(abc.ABC):
         now: float,
         lease: float,
         stale_after: float | None,
+        incarnation: str | None = None,
         kinds: Sequence[str] | None = None,
     ) -> JobRecord | None:
-        """Claim the oldest queued job of ``kinds`` (of any kind for None)."""
+        jobs = self.claim_many(
+            worker,
+            now=now,
+            lease=lease,
+            stale_after=stale_after,
+            incarnation=incarnation,
+            kinds=kinds,
+            limit=1,
+        )
+        return jobs[0] if jobs else None
+
+    def claim_many(
+        self,
+        worker: str,
+        *,
+        now: float,
+        lease: float,
+        stale_after: float | None,
+        incarnation: str | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` of the oldest queued jobs of ``kinds`` (None: any).
+
+        All in one transaction.
+        """
         of_kinds = (
             "" if kinds is None else f" AND kind IN ({', '.join('?' * len(kinds))})"
         )
         with self._transaction():
             now = self._now(now)
-            self._renew(worker, now + lease)
+            self._renew(worker, now + lease, incarnation=incarnation)
             rows = self._execute(
                 f"SELECT {COLUMNS} FROM jobs WHERE state = ?{of_kinds} "
-                f"ORDER BY created_at, {self.order_column} LIMIT 1{self.lock_rows}",
-                (JobState.QUEUED.value, *(kinds or ())),
+                f"ORDER BY created_at, {self.order_column} LIMIT ?{self.lock_rows}",
+                (JobState.QUEUED.value, *(kinds or ()), limit),
             )
-            if not rows:
-                return None
-            job = record(rows[0])
-            return self._write(
-                job,
-                JobEvent.CLAIM,
-                now=now,
-                worker=worker,
-                reason=f"attempt {job.attempts + 1}",
-                changes={
-                    "attempts": job.attempts + 1,
-                    "worker": worker,
-                    "started_at": now,
-                    "stale_after": stale_after,
-                    "elapsed": None,
-                },
-            )
+            return [
+                self._write(
+                    job,
+                    JobEvent.CLAIM,
+                    now=now,
+                    worker=worker,
+                    reason=f"attempt {job.attempts + 1}",
+                    changes={
+                        "attempts": job.attempts + 1,
+                        "worker": worker,
+                        "started_at": now,
+                        "stale_after": stale_after,
+                        "elapsed": None,
+                    },
+                )
+                for job in map(record, rows)
+            ]
 
     def _owned(self, job_id: str, worker: str, attempt: int) -> JobRecord:
         job = self._get(job_id, lock=True)
@@ -244,7 +273,8 @@ class SqlQueries(abc.ABC):
     ) -> None:
         with self._transaction():
             now = self._now(now)
-            self._owned(job_id, worker, attempt)
+            if self._owned(job_id, worker, attempt).state is not JobState.RUNNING:
+                return  # a late write of progress never changes an ending
             self._execute(
                 "UPDATE jobs SET progress = ?, last_heartbeat_at = ? WHERE id = ?",
                 (json.dumps(dict(progress)), now, job_id),
@@ -278,99 +308,3 @@ class SqlQueries(abc.ABC):
             (worker, JobState.RUNNING.value),
         )
         return [row[0] for row in rows]
-
-    def _renew(self, worker: str, expires_at: float) -> None:
-        self._execute(
-            "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at",
-            (worker, expires_at),
-        )
-
-    def renew_lease(self, worker: str, *, now: float, lease: float) -> None:
-        with self._transaction():
-            self._renew(worker, self._now(now) + lease)
-
-    def drop_lease(self, worker: str) -> None:
-        with self._transaction():
-            self._execute("DELETE FROM job_workers WHERE id = ?", (worker,))
-
-    def leases(self) -> dict[str, float]:
-        rows = self._execute("SELECT id, expires_at FROM job_workers ORDER BY id")
-        return {row[0]: row[1] for row in rows}
-
-    def rescue(self, *, now: float, rescuer: str) -> list[JobRecord]:
-        """Settle the jobs of workers whose lease has expired; return them."""
-        rescued: list[JobRecord] = []
-        with self._transaction():
-            now = self._now(now)
-            rows = self._execute(
-                f"SELECT {COLUMNS} FROM jobs WHERE state IN (?, ?, ?) "
-                "AND NOT EXISTS (SELECT 1 FROM job_workers w "
-                f"WHERE w.id = jobs.worker AND w.expires_at > ?) ORDER BY id"
-                f"{self.lock_rows}",
-                (
-                    JobState.RUNNING.value,
-                    JobState.CANCELLING.value,
-                    JobState.TIMING_OUT.value,
-                    now,
-                ),
-            )
-            for row in rows:
-                rescued.append(self._settle(record(row), now=now, rescuer=rescuer))
-        return rescued
-
-    def _settle(self, job: JobRecord, *, now: float, rescuer: str) -> JobRecord:
-        why = f"worker {job.worker!r} is gone (its lease expired)"
-        if job.state is JobState.RUNNING and job.cancel_requested_at is not None:
-            job = self._write(
-                job, JobEvent.CANCEL, now=now, worker=rescuer, reason=why, changes={}
-            )
-        changes: dict[str, Any] = {}
-        if job.state is JobState.CANCELLING:
-            event, changes = JobEvent.FINISH_CANCEL, {"error": "cancelled"}
-        elif job.state is JobState.TIMING_OUT:
-            event = JobEvent.FINISH_TIME_OUT
-        elif job.attempts - job.handbacks >= job.max_attempts:
-            event = JobEvent.FAIL
-            changes = {
-                "error": f"{why} on attempt {job.attempts}, "
-                f"the last of {job.max_attempts}"
-            }
-        else:
-            event = JobEvent.REQUEUE
-        return self._write(
-            job, event, now=now, worker=rescuer, reason=why, changes=changes
-        )
-
-    def get(self, job_id: str) -> JobRecord:
-        return self._get(job_id)
-
-    def jobs(self, ids: Sequence[str] | None) -> list[JobRecord]:
-        if ids is None:
-            rows = self._execute(
-                f"SELECT {COLUMNS} FROM jobs ORDER BY created_at, {self.order_column}"
-            )
-            return [record(row) for row in rows]
-        return [self._get(job_id) for job_id in ids]
-
-    def events(self, job_id: str | None) -> list[AuditEvent]:
-        query = "SELECT seq, job, source, target, at, worker, reason FROM job_events"
-        args: tuple[str, ...] = ()
-        if job_id is not None:
-            query += " WHERE job = ?"
-            args = (job_id,)
-        rows = self._execute(query + " ORDER BY seq", args)
-        if job_id is not None and not rows:
-            self._get(job_id)  # every job has its submission's row
-        return [
-            AuditEvent(
-                seq=row[0],
-                job=row[1],
-                source=None if row[2] is None else JobState(row[2]),
-                target=JobState(row[3]),
-                at=row[4],
-                worker=row[5],
-                reason=row[6],
-            )
-            for row in rows
-        ]

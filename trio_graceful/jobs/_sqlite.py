@@ -4,15 +4,24 @@
 transaction, so two processes never claim one job. WAL mode lets readers
 (status queries) go on while a worker writes, and ``synchronous=FULL``
 makes a committed transition survive a power cut.
+
+A statement waits ``busy_timeout`` seconds (30 by default) for another
+process's lock, then fails with "database is locked": an outage that the
+worker retries (`_outages`), so a worker outlasts any lock. The file's
+device and inode are noted at the opening: if the file is deleted or
+replaced, the next transaction (and `check`) raises `StoreGoneError`
+instead of writing into a file that nobody will read again.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from ._outages import StoreGoneError, is_sqlite_outage
 from ._schema import SCHEMA
 from ._sql import SqlQueries, StoreError
 
@@ -44,11 +53,16 @@ class SQLiteQueries(SqlQueries):
 
     order_column = "rowid"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
+        self._path = path
+        self._identity: tuple[int, int] | None = None
         try:
             # isolation_level=None: transactions are begun explicitly.
             self._db = sqlite3.connect(
-                path, isolation_level=None, check_same_thread=False, timeout=30
+                path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=busy_timeout,
             )
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"store file {path!r} cannot be opened: {exc}") from None
@@ -59,6 +73,8 @@ class SQLiteQueries(SqlQueries):
             raise StoreError(
                 f"store file {path!r} is not a usable SQLite database: {exc}"
             ) from None
+        if path != ":memory:" and not path.startswith("file:"):
+            self._identity = _identity(path)
 
     def _set_up(self) -> None:
         # Only the first opening of a file changes its journal mode.
@@ -74,7 +90,41 @@ class SQLiteQueries(SqlQueries):
         return self._db.execute(sql, args).fetchall()
 
     def _begin(self) -> None:
+        self.check()
         self._execute("BEGIN IMMEDIATE")
+
+    def _rollback(self) -> None:
+        # A failed COMMIT or BEGIN leaves no transaction to roll back.
+        if self._db.in_transaction:
+            self._execute("ROLLBACK")
+
+    def is_outage(self, exc: BaseException) -> bool:
+        return is_sqlite_outage(exc)
+
+    def check(self) -> None:
+        if self._identity is None:
+            return
+        now: tuple[int, int] | OSError
+        try:
+            now = _identity(self._path)
+        except OSError as exc:
+            now = exc
+        if now != self._identity:
+            raise StoreGoneError(
+                f"store file {self._path!r} was deleted or replaced "
+                f"under the worker ({_describe(now)})"
+            )
 
     def close(self) -> None:
         self._db.close()
+
+
+def _identity(path: str) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino
+
+
+def _describe(now: tuple[int, int] | OSError) -> str:
+    if isinstance(now, OSError):
+        return now.strerror or type(now).__name__
+    return "another file is at its path now"

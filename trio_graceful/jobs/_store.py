@@ -3,38 +3,35 @@
 `JobStore` checks every argument in the Trio thread, reads the clock there
 (so that tests can run the store under Trio's mock clock), and runs the
 store's synchronous queries in a worker thread, one call at a time per
-store. `open_store` picks the store from a URL.
+store. `open_store` (in `_open`) picks the store from a URL.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import attrs
 import trio
 
-from .._core._util import check_seconds
 from ._checks import (
     check_count,
     check_duration,
+    check_incarnation,
     check_job_id,
-    check_kinds,
     check_text,
     check_timeout,
+    claim_options,
+    finish_options,
 )
 from ._jsonrule import check_object
-from ._postgres import PostgresQueries
 from ._records import AuditEvent, JobRecord
 from ._sql import SqlQueries, StoreError
-from ._sqlite import SQLiteQueries
 from ._states import JobEvent
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-DEFAULT_STORE_URL: Final = "sqlite:///jobs.db"
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -149,24 +146,114 @@ class JobStore:
         lease: float,
         stale_after: float | None = None,
         kinds: Collection[str] | None = None,
+        incarnation: str | None = None,
     ) -> JobRecord | None:
         """Claim the oldest queued job for ``worker`` and renew its lease.
 
         Only jobs of ``kinds`` are claimed (any kind for None); the others
         stay queued for a worker that knows them. ``stale_after`` is
-        recorded with the job (`JobRecord.stale_after`).
+        recorded with the job (`JobRecord.stale_after`). With
+        ``incarnation``, the lease is renewed only if that process still
+        holds the worker's id (see `take_over`).
+
+        Raises:
+            WorkerReplacedError: if another incarnation holds the id.
         """
-        worker = check_text(worker, argument="worker")
-        lease = check_duration(lease, argument="lease")
-        if stale_after is not None:
-            stale_after = check_seconds("stale_after", stale_after)
+        options = claim_options(worker, lease, stale_after, kinds, incarnation)
+        return await self._call(self._queries.claim, now=self.now(), **options)
+
+    async def claim_many(
+        self,
+        worker: str,
+        *,
+        limit: int,
+        lease: float,
+        stale_after: float | None = None,
+        kinds: Collection[str] | None = None,
+        incarnation: str | None = None,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` queued jobs, oldest first, in one transaction.
+
+        As `claim` otherwise.
+        """
+        options = claim_options(worker, lease, stale_after, kinds, incarnation)
+        limit = check_count(limit, argument="limit")
         return await self._call(
-            self._queries.claim,
-            worker,
+            self._queries.claim_many, now=self.now(), limit=limit, **options
+        )
+
+    async def finish_then_claim(
+        self,
+        job_id: str,
+        event: JobEvent,
+        *,
+        worker: str,
+        attempt: int,
+        reason: str,
+        traceback: str | None = None,
+        limit: int,
+        lease: float,
+        stale_after: float | None,
+        kinds: Collection[str] | None = None,
+        incarnation: str | None,
+        **changes: Any,
+    ) -> tuple[JobRecord, list[JobRecord] | None]:
+        """`finish`, then `claim_many`, in one trip to the worker thread.
+
+        Two transactions, as two calls would make: only the trip is saved.
+        Returns the finished job and the jobs claimed, or None for them if
+        the claim failed with an outage (it may have been committed all the
+        same). Raises what `finish` raises.
+        """
+        finish = finish_options(job_id, worker, attempt, reason, traceback)
+        claim = claim_options(worker, lease, stale_after, kinds, incarnation)
+        limit = check_count(limit, argument="limit")
+        now = self.now()
+
+        def finish_then_claim() -> tuple[JobRecord, list[JobRecord] | None]:
+            queries = self._queries
+            job = queries.finish(event=event, now=now, changes=changes, **finish)
+            try:
+                claimed = queries.claim_many(now=now, limit=limit, **claim)
+            except Exception as exc:
+                if not queries.is_outage(exc):
+                    raise
+                return job, None
+            return job, claimed
+
+        return await self._call(finish_then_claim)
+
+    async def take_over(
+        self, worker: str, *, incarnation: str, lease: float
+    ) -> list[JobRecord]:
+        """Hold ``worker``'s id as the process ``incarnation``, at its start.
+
+        An earlier process under the id is gone or about to stop (its next
+        renewal raises `WorkerReplacedError`): the jobs the id held are
+        settled at once, as a rescue settles those of an expired lease.
+        Returns them.
+        """
+        return await self._call(
+            self._queries.take_over,
+            check_text(worker, argument="worker"),
             now=self.now(),
-            lease=lease,
-            stale_after=stale_after,
-            kinds=check_kinds(kinds),
+            lease=check_duration(lease, argument="lease"),
+            incarnation=check_text(incarnation, argument="incarnation"),
+        )
+
+    async def release_strays(
+        self, worker: str, *, held: Collection[str]
+    ) -> list[JobRecord]:
+        """Queue again the running jobs of ``worker`` not in ``held``; return them.
+
+        For a worker whose claim failed as the store went away: the claim
+        may have been committed without the answer coming back.
+        """
+        return await self._call(
+            self._queries.release_strays,
+            check_text(worker, argument="worker"),
+            now=self.now(),
+            held=held,  # a live view, read when the store's turn comes (Claims)
         )
 
     async def finish(
@@ -188,22 +275,13 @@ class JobStore:
             IllegalJobTransitionError: if the table does not allow it.
             LostJobError: if the attempt is no longer the worker's.
         """
-        job_id = check_job_id(job_id)
-        worker = check_text(worker, argument="worker")
-        attempt = check_count(attempt, argument="attempt")
-        reason = check_text(reason, argument="reason", empty=True)
-        if traceback is not None:
-            traceback = check_text(traceback, argument="traceback")
+        options = finish_options(job_id, worker, attempt, reason, traceback)
         return await self._call(
             self._queries.finish,
-            job_id,
-            event,
-            worker=worker,
-            attempt=attempt,
+            event=event,
             now=self.now(),
-            reason=reason,
-            traceback=traceback,
             changes=changes,
+            **options,
         )
 
     async def save_progress(
@@ -245,11 +323,22 @@ class JobStore:
         worker = check_text(worker, argument="worker")
         return await self._call(self._queries.cancel_requests, worker)
 
-    async def renew_lease(self, worker: str, *, lease: float) -> None:
-        """Extend ``worker``'s lease to ``lease`` seconds from now."""
-        worker = check_text(worker, argument="worker")
-        lease = check_duration(lease, argument="lease")
-        await self._call(self._queries.renew_lease, worker, now=self.now(), lease=lease)
+    async def renew_lease(
+        self, worker: str, *, lease: float, incarnation: str | None = None
+    ) -> None:
+        """Extend ``worker``'s lease to ``lease`` seconds from now.
+
+        Raises:
+            WorkerReplacedError: if ``incarnation`` is given and another one
+                holds the id (see `take_over`).
+        """
+        await self._call(
+            self._queries.renew_lease,
+            check_text(worker, argument="worker"),
+            now=self.now(),
+            lease=check_duration(lease, argument="lease"),
+            incarnation=check_incarnation(incarnation),
+        )
 
     async def drop_lease(self, worker: str) -> None:
         """Remove ``worker``'s lease: it holds no jobs any more."""
@@ -309,6 +398,22 @@ class JobStore:
             job_id = check_job_id(job_id)
         return await self._call(self._queries.events, job_id)
 
+    def is_outage(self, exc: BaseException) -> bool:
+        """True if ``exc``, raised by this store, means it is away for now.
+
+        Such an error (a lost connection, a lock held past the busy timeout,
+        a disk refusing writes) goes away by itself: retry the operation
+        later. Any other error is a bug. Not a checkpoint.
+        """
+        return self._queries.is_outage(exc)
+
+    def check(self) -> None:
+        """Raise `StoreGoneError` if the store's file was deleted or replaced.
+
+        A no-op for PostgreSQL. Not a checkpoint.
+        """
+        self._queries.check()
+
     def close(self) -> None:
         """Close the database connection. Not a checkpoint.
 
@@ -325,38 +430,3 @@ class JobStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def open_store(
-    url: str = DEFAULT_STORE_URL,
-    *,
-    clock: Callable[[], float] = time.time,
-    offload: bool = True,
-) -> JobStore:
-    """Open the job store at ``url``, creating its tables if needed. Not a checkpoint.
-
-    Args:
-        url (str): ``sqlite:///path/to/file.db`` (a relative path after the
-            three slashes, an absolute one after four), or a PostgreSQL
-            connection URL ``postgresql://user@host/database`` (needs the
-            ``postgres`` extra).
-        clock: As for `JobStore`.
-        offload (bool): As for `JobStore`.
-
-    Raises:
-        TypeError: if ``url`` is not a string.
-        ValueError: if ``url`` is not a store URL.
-        StoreError: if the file is not a SQLite database, the server cannot
-            be reached, or psycopg is not installed.
-    """
-    if not isinstance(cast("object", url), str):
-        raise TypeError(f"store URL must be a string, not {url!r}")
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and len(url) > len(prefix):
-        return JobStore(SQLiteQueries(url[len(prefix) :]), clock, offload)
-    if url.startswith(("postgresql://", "postgres://")):
-        return JobStore(PostgresQueries(url), clock, offload)
-    raise ValueError(
-        "store URL must look like sqlite:///path/to/file.db or "
-        f"postgresql://host/database, not {url!r}"
-    )

@@ -1,52 +1,47 @@
-"""The job runner: claims jobs, runs each in its own bundle, settles it in the store.
+"""The worker: holds its id, claims jobs, and keeps its lease and its store.
 
-Each running job is a child of the worker's bundle with a bundle of its own.
-The job's end is decided by whichever comes first:
+Each running job is a child of the worker's bundle with a bundle of its own
+(`Supervisor` runs and settles them). Beside the jobs, keeper tasks that
+outlive them renew the lease (so it stays valid while the jobs drain),
+serve cancel requests, rescue the jobs of dead workers, write progress
+reported during a store outage once the store is back, and check that the
+store's file is still the one opened (`StoreGoneError` otherwise).
 
-* its function returns or raises: ``completed`` or ``failed``;
-* a cancel request (read from the store, so it may come from any process):
-  ``cancelling`` is written, STOP goes to the job (`Bundle.shutdown` with
-  ``cancel_grace``), and ``cancelled`` is written once it has unwound;
-* its deadline, a plain Trio deadline: ``timing_out`` is written, the job is
-  hard-cancelled, and ``timed_out`` written with the time and elapsed
-  seconds;
-* the worker's shutdown: STOP and the worker's ``grace``; a job that ends
-  in time is settled as usual, the others are hard-cancelled and handed
-  back (``queued``, progress kept, not counted against ``max_attempts``).
-
-The worker's lease is renewed by a task that outlives the jobs, so it keeps
-being renewed while they drain; cancel requests keep being served then too.
+A worker's id is held by one process at a time: at its start, the worker
+takes the id over (`JobStore.take_over`), settling at once the jobs an
+earlier process under that id left; an earlier process still alive stops
+at its next renewal (`WorkerReplacedError`).
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import functools
 import logging
 import math
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import attrs
 import trio
 
 from .._children._threads import ThreadBudget
-from .._core._bundle import Bundle
 from .._core._inbox import InboxReceiver
 from .._core._openbundle import open_bundle
-from .._core._trace import TraceKind, emit, tracing
 from .._core._util import check_seconds
+from .._run._lifecycle import Lifecycle
+from .._run._runner import current_runner
+from ._access import StoreAccess
 from ._checks import check_text
-from ._context import JobContext, JobStopped
+from ._claims import Claims
 from ._functions import JobFunction, check_functions
-from ._jsonrule import to_json
+from ._outages import StoreUnavailableError
 from ._records import JobRecord
-from ._sql import LostJobError
-from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._store import JobStore
-from ._traceback import report_failure
+from ._supervisor import Supervisor
 
 logger = logging.getLogger("trio_graceful.jobs")
 
@@ -71,28 +66,17 @@ class WorkerStatistics:
 
 
 @attrs.define(eq=False)
-class _Running:
-    """A job attempt in this worker: what its supervisor waits for."""
-
-    job: JobRecord
-    changed: trio.Event = attrs.field(factory=trio.Event)
-    done: bool = False
-    result: str = "null"  # what the function returned, as JSON text
-    error: BaseException | None = None
-    cancel_requested: bool = False
-    draining: bool = False
-
-    def poke(self) -> None:
-        self.changed.set()
-
-
-@attrs.define(eq=False)
 class Worker:
     """Runs the jobs of a `JobStore` with the functions of ``functions``.
 
     Run it as a service of `trio_graceful.run`
     (``await runner.start_service(worker.serve)``), or call `serve` with an
     inbox of your own: STOP in that inbox begins the graceful shutdown.
+
+    Store outages (a lost connection, a lock held past the busy timeout, a
+    disk refusing writes) are retried, never recorded as a job's failure;
+    under `trio_graceful.run` the program is ``degraded`` meanwhile. See
+    "When the store goes away" in the how-to.
 
     The worker claims only jobs of the kinds in ``functions``; a job of
     another kind stays queued for a worker that knows it.
@@ -134,12 +118,12 @@ class Worker:
     poll_interval: float = attrs.field(default=1.0, kw_only=True)
     heartbeat_interval: float = attrs.field(default=1.0, kw_only=True)
     budget: ThreadBudget | None = attrs.field(default=None, kw_only=True)
-    _running: dict[str, _Running] = attrs.field(factory=dict[str, _Running], init=False)
-    _claimed: int = attrs.field(default=0, init=False)
-    _ended: dict[str, int] = attrs.field(factory=dict[str, int], init=False)
-    _drain_deadline: float | None = attrs.field(default=None, init=False)
-    _slot_freed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    incarnation: str = attrs.field(factory=lambda: uuid.uuid4().hex, init=False)
+    """This process's life under ``worker_id`` (random); see `JobStore.take_over`."""
     _news: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _access: StoreAccess = attrs.field(init=False)
+    _jobs: Supervisor = attrs.field(init=False)
+    _claims: Claims = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.functions = check_functions(self.functions)
@@ -161,14 +145,33 @@ class Worker:
         check_seconds("lease", self.lease)
         if not (self.lease > 0 and math.isfinite(self.lease)):
             raise ValueError(f"lease must be a finite number > 0, not {self.lease!r}")
+        self._access = StoreAccess(self.store, f"worker {self.worker_id}")
+        self._claims = Claims(
+            self.store,
+            self.worker_id,
+            self.incarnation,
+            self.lease,
+            self.stale_after,
+            self.concurrency,
+            tuple(sorted(self.functions)),
+        )
+        self._jobs = Supervisor(
+            self._access,
+            self.worker_id,
+            self.functions,
+            self.cancel_grace,
+            self.heartbeat_interval,
+            self.budget,
+            self._claims,
+        )
 
     def statistics(self) -> WorkerStatistics:
         """A `WorkerStatistics` snapshot. Not a checkpoint."""
         return WorkerStatistics(
-            running=len(self._running),
-            claimed=self._claimed,
-            ended=dict(self._ended),
-            draining=self._drain_deadline is not None,
+            running=len(self._jobs.running),
+            claimed=self._claims.claimed,
+            ended=dict(self._jobs.ended),
+            draining=self._jobs.drain_deadline is not None,
         )
 
     async def serve(
@@ -179,71 +182,118 @@ class Worker:
     ) -> None:
         """Run jobs until STOP arrives in ``inbox``, then shut down gracefully.
 
-        First settles what dead workers left (`JobStore.rescue`). Ready once
-        the worker holds its lease. At STOP it stops claiming at once, gives
-        the running jobs STOP and ``grace``, hands back what is left, and
-        drops its lease. This is a checkpoint.
+        First takes over its id (settling what an earlier process under it
+        left) and settles what dead workers left (`JobStore.rescue`). Ready
+        once the worker holds its lease. At STOP it stops claiming at once,
+        gives the running jobs STOP and ``grace``, hands back what is left,
+        and drops its lease. This is a checkpoint.
+
+        Raises:
+            WorkerReplacedError: if a new process took over ``worker_id``.
+            StoreGoneError: if the SQLite file was deleted or replaced.
         """
-        await self.store.renew_lease(self.worker_id, lease=self.lease)
+        self._access.lifecycle = _current_lifecycle()
+        taken = await self._access.call(
+            "taking over its id",
+            lambda: self.store.take_over(
+                self.worker_id, incarnation=self.incarnation, lease=self.lease
+            ),
+        )
+        self._log_settled(taken, "took over")
         await self._rescue()
         async with trio.open_nursery() as keepers:
-            keepers.start_soon(self._renew_lease)
-            keepers.start_soon(self._serve_cancel_requests)
-            keepers.start_soon(self._rescue_periodically)
-            if self.store.listens:
-                keepers.start_soon(self._listen)
+            for keeper in (
+                self._renew_lease,
+                self._serve_cancel_requests,
+                self._rescue_periodically,
+                self._flush_progress,
+                self._watch_store,
+                *([self._listen] if self.store.listens else []),
+            ):
+                keepers.start_soon(self._keep, keeper, name=keeper.__name__)
             async with open_bundle(name=f"jobs of {self.worker_id}") as jobs:
+                self._jobs.bundle = jobs
                 task_status.started(self)
-                await inbox.until_stop(self._claim_forever, jobs)
-                self._drain_deadline = trio.current_time() + self.grace
+                await inbox.until_stop(self._claim_forever)
                 logger.info(
-                    "worker %s: draining %d jobs", self.worker_id, len(self._running)
+                    "worker %s: draining %d jobs",
+                    self.worker_id,
+                    len(self._jobs.running),
                 )
-                for running in self._running.values():
-                    running.draining = True
-                    running.poke()
+                self._jobs.drain(self.grace)
             keepers.cancel_scope.cancel(reason="the worker's jobs have ended")
-        await self.store.drop_lease(self.worker_id)
+        await self._leave()
 
-    async def _claim_forever(self, jobs: Bundle) -> None:
+    async def _keep(self, keeper: Callable[[], Awaitable[None]]) -> None:
+        # Once the drain's grace is over, what a keeper would write is left
+        # for the rescue: it ends, and the worker with it.
+        with contextlib.suppress(StoreUnavailableError):
+            await keeper()
+
+    async def _leave(self) -> None:
+        """Drop the lease, or say which jobs the lease rescue will settle."""
+        unsettled = self._jobs.unsettled
+        if not unsettled:
+            try:
+                await self._access.call(
+                    "dropping its lease",
+                    lambda: self.store.drop_lease(self.worker_id),
+                )
+                return
+            except StoreUnavailableError:
+                pass
+        logger.warning(
+            "worker %s: the store stayed away until the end of its grace; "
+            "jobs left for the lease rescue: %s",
+            self.worker_id,
+            ", ".join(unsettled) or "none",
+        )
+
+    async def _claim_forever(self) -> None:
+        running = self._jobs.running
         while True:
-            while len(self._running) >= self.concurrency:
-                await self._slot_freed.wait()
-                self._slot_freed = trio.Event()
-            job = await self.store.claim(
-                self.worker_id,
-                lease=self.lease,
-                stale_after=self.stale_after,
-                kinds=self.functions.keys(),
-            )
-            if job is None:
+            await self._jobs.wait_slot(self.concurrency)
+            limit = self._claims.free(len(running))
+            claim = functools.partial(self._claims.claim, running.keys(), limit)
+            jobs = await self._access.call("claiming", claim)
+            if not jobs:
                 await self._pause()
-                continue
-            self._claimed += 1
-            self._running[job.id] = _Running(job)
-            self._trace(job.id, JobState.QUEUED, JobState.RUNNING)
-            jobs.start_soon(
-                self._supervise, self._running[job.id], name=f"job {job.id}"
-            )
+            self._jobs.add(jobs)
 
     async def _renew_lease(self) -> None:
         while True:
             await trio.sleep(self.lease / 3)
-            await self.store.renew_lease(self.worker_id, lease=self.lease)
+            await self._renew()
+
+    async def _renew(self) -> None:
+        await self._access.call(
+            "renewing its lease",
+            lambda: self.store.renew_lease(
+                self.worker_id, lease=self.lease, incarnation=self.incarnation
+            ),
+        )
 
     async def _serve_cancel_requests(self) -> None:
         while True:
-            if self._running:
-                for job_id in await self.store.cancel_requests(self.worker_id):
-                    running = self._running.get(job_id)
-                    if running is not None and not running.cancel_requested:
-                        running.cancel_requested = True
-                        running.poke()
+            if self._jobs.running:
+                self._jobs.cancel(
+                    await self._access.call(
+                        "reading cancel requests",
+                        lambda: self.store.cancel_requests(self.worker_id),
+                        writes=False,
+                    )
+                )
             await self._pause()
 
     async def _listen(self) -> None:
         while True:
-            await self.store.wait_for_news(self.poll_interval)
+            try:
+                await self.store.wait_for_news(self.poll_interval)
+            except Exception as exc:
+                # Listening only saves polls: during an outage, poll.
+                if not self.store.is_outage(exc):
+                    raise
+                await trio.sleep(self.poll_interval)
             self._news.set()
             self._news = trio.Event()
 
@@ -252,188 +302,47 @@ class Worker:
         with trio.move_on_after(self.poll_interval):
             await self._news.wait()
 
+    async def _flush_progress(self) -> None:
+        while True:
+            await self._access.wait_recovered()
+            await self._jobs.flush_progress()
+
+    async def _watch_store(self) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_interval)
+            self.store.check()
+
     async def _rescue_periodically(self) -> None:
         while True:
             await trio.sleep(self.lease)
             await self._rescue()
 
     async def _rescue(self) -> None:
-        for job in await self.store.rescue(rescuer=self.worker_id):
+        async def renew_and_rescue() -> list[JobRecord]:
+            # After an outage longer than the lease, ours has expired too:
+            # renew it first, or we would rescue our own jobs.
+            await self.store.renew_lease(
+                self.worker_id, lease=self.lease, incarnation=self.incarnation
+            )
+            return await self.store.rescue(rescuer=self.worker_id)
+
+        self._log_settled(
+            await self._access.call("rescuing", renew_and_rescue), "rescued"
+        )
+
+    def _log_settled(self, jobs: list[JobRecord], how: str) -> None:
+        for job in jobs:
             logger.warning(
-                "worker %s rescued job %s: now %s",
+                "worker %s %s job %s: now %s",
                 self.worker_id,
+                how,
                 job.id,
                 job.state.value,
             )
 
-    def _trace(self, job_id: str, source: JobState, target: JobState) -> None:
-        if tracing.active:
-            emit(
-                TraceKind.STATE_CHANGED,
-                f"jobs of {self.worker_id}",
-                f"job {job_id}",
-                detail=f"job {job_id}: {source.value} -> {target.value}",
-            )
 
-    async def _write(
-        self, running: _Running, event: JobEvent, reason: str, **changes: Any
-    ) -> None:
-        job = running.job
-        source = job.state
-        running.job = await self.store.finish(
-            job.id,
-            event,
-            worker=self.worker_id,
-            attempt=job.attempts,
-            reason=reason,
-            **changes,
-        )
-        self._trace(job.id, source, running.job.state)
-
-    async def _supervise(self, running: _Running) -> None:
-        job = running.job
-        try:
-            await self._run_attempt(running)
-        except (LostJobError, IllegalJobTransitionError) as exc:
-            # A rescuer took the job from us (our lease had expired): its
-            # state is no longer ours to write, and nothing was written.
-            logger.warning("worker %s: %s", self.worker_id, exc)
-        finally:
-            del self._running[job.id]
-            self._slot_freed.set()
-            state = running.job.state.value
-            self._ended[state] = self._ended.get(state, 0) + 1
-
-    async def _run_attempt(self, running: _Running) -> None:
-        job = running.job
-        ctx = await self._attend(running, self.functions[job.kind])
-        if ctx is None:
-            return
-        if running.done and running.error is None:
-            await self._write(
-                running,
-                JobEvent.COMPLETE,
-                "returned",
-                result=running.result,
-                failed_subtasks=json.dumps(ctx.failed_subtasks),
-                progress=json.dumps(ctx.progress),
-                elapsed=self._elapsed(job),
-            )
-        elif running.done and not isinstance(running.error, JobStopped):
-            assert running.error is not None
-            why = f"raised {running.error!r}"
-            failure = report_failure(self.worker_id, job, why, running.error)
-            await self._end(running, ctx, JobEvent.FAIL, why, traceback=failure)
-        elif running.cancel_requested:
-            # Asked to cancel while draining: the request wins over a hand-back.
-            await self._write(
-                running, JobEvent.CANCEL, "cancel requested while draining"
-            )
-            await self._end(running, ctx, JobEvent.FINISH_CANCEL, "cancelled")
-        else:
-            await self._write(
-                running,
-                JobEvent.REQUEUE,
-                f"handed back by worker {self.worker_id} at its shutdown",
-                progress=json.dumps(ctx.progress),
-                elapsed=self._elapsed(job),
-            )
-
-    async def _attend(self, running: _Running, fn: JobFunction) -> JobContext | None:
-        """Run the job in its bundle until it ends, is cancelled, times out or drains.
-
-        Returns the context once the job's bundle is closed and its ending
-        is still to be written; None if it was written here.
-        """
-        job = running.job
-        deadline = (
-            math.inf if job.timeout is None else trio.current_time() + job.timeout
-        )
-
-        async def save(progress: Mapping[str, Any]) -> None:
-            await self.store.save_progress(
-                job.id, progress, worker=self.worker_id, attempt=job.attempts
-            )
-
-        ctx: JobContext | None = None
-        async with open_bundle(name=f"job {job.id}") as bundle:
-            ctx = JobContext._create(  # pyright: ignore[reportPrivateUsage]
-                job, bundle, save, self.store.now, self.heartbeat_interval, self.budget
-            )
-            bundle.start_soon(
-                self._call, fn, ctx, bundle, running, name=f"{job.kind} {job.id}"
-            )
-            with trio.move_on_at(deadline) as timer:
-                while not (
-                    running.done or running.cancel_requested or running.draining
-                ):
-                    await running.changed.wait()
-                    running.changed = trio.Event()
-            if running.done:
-                return ctx
-            if timer.cancelled_caught:
-                await self._time_out(running, bundle)
-                return None
-            if running.cancel_requested:
-                await self._write(running, JobEvent.CANCEL, "cancel requested")
-                report = await bundle.shutdown(self.cancel_grace)
-                how = (
-                    "cooperatively"
-                    if report.hard_cancelled_at is None
-                    else "after a hard cancel"
-                )
-                await self._end(
-                    running, ctx, JobEvent.FINISH_CANCEL, f"cancelled {how}"
-                )
-                return None
-            assert self._drain_deadline is not None
-            await bundle.shutdown(max(0.0, self._drain_deadline - trio.current_time()))
-        assert ctx is not None  # a bundle swallows no exception
-        return ctx
-
-    async def _end(
-        self, running: _Running, ctx: JobContext, event: JobEvent, why: str, **more: Any
-    ) -> None:
-        await self._write(
-            running,
-            event,
-            why,
-            **more,
-            error=why,
-            failed_subtasks=json.dumps(ctx.failed_subtasks),
-            progress=json.dumps(ctx.progress),
-            elapsed=self._elapsed(running.job),
-        )
-
-    async def _time_out(self, running: _Running, bundle: Bundle) -> None:
-        job = running.job
-        assert job.timeout is not None
-        await self._write(
-            running,
-            JobEvent.TIME_OUT,
-            f"deadline of {job.timeout:g} s passed",
-        )
-        await bundle.cancel(0)
-        await self._write(
-            running,
-            JobEvent.FINISH_TIME_OUT,
-            "cleanup done",
-            error=f"timed out after {job.timeout:g} s",
-            elapsed=self._elapsed(job),
-        )
-
-    def _elapsed(self, job: JobRecord) -> float:
-        assert job.started_at is not None
-        return self.store.now() - job.started_at
-
-    async def _call(
-        self, fn: JobFunction, ctx: JobContext, bundle: Bundle, running: _Running
-    ) -> None:
-        with bundle.on_stop(ctx._request_stop):  # pyright: ignore[reportPrivateUsage]
-            try:
-                # A result that is not JSON fails the job, with its path.
-                running.result = to_json(await fn(ctx), what="result")
-            except Exception as exc:
-                running.error = exc
-        running.done = True
-        running.poke()
+def _current_lifecycle() -> Lifecycle | None:
+    try:
+        return current_runner().lifecycle
+    except RuntimeError:
+        return None

@@ -1,0 +1,137 @@
+"""One job attempt inside its worker: what its supervisor does next, as a table.
+
+The persisted job states (`_states`) say where a job is for everyone; this
+table says where one attempt is for the worker running it. Three things
+can happen to an attempt, in any order: its function ends (``END``), a
+cancel request arrives (``CANCEL``), the worker begins to drain
+(``DRAIN``). The first that the supervisor can act on decides the path:
+
+* ``ENDED``: settle by the function's outcome (completed, failed, or, if it
+  stopped on request, handed back);
+* ``CANCELLING``: serve the cancel request (STOP, ``cancel_grace``, cancelled);
+* ``DRAINING``: STOP with what is left of the worker's grace, then settle by
+  the outcome, handing back a job that did not finish;
+* ``DRAINING_CANCELLED``: as draining, but a job that did not finish is
+  cancelled rather than handed back: the request wins over a hand-back.
+
+Later events that change nothing are self-loops; a pair missing from the
+table is a bug (`IllegalAttemptTransitionError`) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+import attrs
+import outcome
+import trio
+
+from .._core._statetable import describe_sources
+from ._records import JobRecord
+
+
+class AttemptState(enum.Enum):
+    """Where an attempt is in its worker (see the module docstring)."""
+
+    RUNNING = "running"
+    ENDED = "ended"
+    CANCELLING = "cancelling"
+    DRAINING = "draining"
+    DRAINING_CANCELLED = "draining, cancel requested"
+
+
+class AttemptEvent(enum.Enum):
+    """What happens to an attempt."""
+
+    END = "end"
+    CANCEL = "cancel"
+    DRAIN = "drain"
+
+
+_S = AttemptState
+_E = AttemptEvent
+
+ATTEMPT_TRANSITIONS: Final[Mapping[tuple[AttemptState, AttemptEvent], AttemptState]] = (
+    MappingProxyType(
+        {
+            (_S.RUNNING, _E.END): _S.ENDED,
+            (_S.RUNNING, _E.CANCEL): _S.CANCELLING,
+            (_S.RUNNING, _E.DRAIN): _S.DRAINING,
+            (_S.ENDED, _E.CANCEL): _S.ENDED,
+            (_S.ENDED, _E.DRAIN): _S.ENDED,
+            (_S.CANCELLING, _E.END): _S.CANCELLING,
+            (_S.CANCELLING, _E.CANCEL): _S.CANCELLING,
+            (_S.CANCELLING, _E.DRAIN): _S.CANCELLING,
+            (_S.DRAINING, _E.END): _S.DRAINING,
+            (_S.DRAINING, _E.CANCEL): _S.DRAINING_CANCELLED,
+            (_S.DRAINING_CANCELLED, _E.END): _S.DRAINING_CANCELLED,
+            (_S.DRAINING_CANCELLED, _E.CANCEL): _S.DRAINING_CANCELLED,
+        }
+    )
+)
+"""Every legal move of an attempt: ``(state, event) -> next state``."""
+
+
+class IllegalAttemptTransitionError(RuntimeError):
+    """An event that the attempt table does not allow; nothing changed."""
+
+
+@attrs.define(eq=False)
+class Attempt:
+    """A job attempt in its worker: its state, its outcome, its unsaved progress.
+
+    The state changes only through `apply`, which wakes the supervisor.
+    """
+
+    job: JobRecord
+    state: AttemptState = AttemptState.RUNNING
+    outcome: outcome.Outcome[Any] | None = None
+    """What the job function returned or raised, once it has ended."""
+    unsaved: Mapping[str, Any] | None = None
+    """Progress reported while the store was away, to be written when back."""
+    _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    def apply(self, event: AttemptEvent) -> AttemptState:
+        """Move by ``event``; wake the supervisor if the state changed.
+
+        Not a checkpoint.
+
+        Raises:
+            IllegalAttemptTransitionError: if the table has no such move.
+        """
+        target = ATTEMPT_TRANSITIONS.get((self.state, event))
+        if target is None:
+            legal = describe_sources(
+                state for state in AttemptState if (state, event) in ATTEMPT_TRANSITIONS
+            )
+            raise IllegalAttemptTransitionError(
+                f"job {self.job.id}: an attempt cannot {event.value} while "
+                f"{self.state.value}; that is legal only while {legal}"
+            )
+        if target is not self.state:
+            self.state = target
+            self._changed.set()
+            self._changed = trio.Event()
+        return target
+
+    async def wait_decided(self) -> None:
+        """Wait while the attempt is running. This is a checkpoint."""
+        await trio.lowlevel.checkpoint()
+        while self.state is AttemptState.RUNNING:
+            await self._changed.wait()
+
+    def keep_unsaved(self, progress: Mapping[str, Any]) -> None:
+        """Keep ``progress`` to write later, unless newer progress waits.
+
+        Not a checkpoint.
+        """
+        if self.unsaved is None:
+            self.unsaved = progress
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True if a cancel request decided (or will decide) the attempt's end."""
+        return self.state in (AttemptState.CANCELLING, AttemptState.DRAINING_CANCELLED)

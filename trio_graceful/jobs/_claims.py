@@ -1,0 +1,85 @@
+"""How a worker claims: its lease and identity, how many, and what is uncertain.
+
+Jobs are claimed by the worker's claim loop, as many as there are free
+slots in one transaction, and by the settlement of a finished job, which
+claims the next ones in the same trip to the worker thread
+(`JobStore.finish_then_claim`). Both go through `Claims`, which counts
+them and remembers when a claim failed with an outage: such a claim may
+have been committed without the answer coming back, so before the next
+claim the jobs running under the worker's id that it does not hold are
+queued again (`JobStore.release_strays`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+import attrs
+
+from ._records import JobRecord
+from ._store import JobStore
+
+logger = logging.getLogger("trio_graceful.jobs")
+
+
+@attrs.define(eq=False)
+class Claims:
+    """The claiming of the worker ``worker_id``, process ``incarnation``."""
+
+    store: JobStore
+    worker_id: str
+    incarnation: str
+    lease: float
+    stale_after: float
+    concurrency: int
+    kinds: tuple[str, ...]
+    """The kinds the worker has functions for: the only ones it claims."""
+    claimed: int = 0
+    """Jobs claimed since the worker started."""
+    open: bool = True
+    """False once the worker drains: no more claims."""
+    uncertain: bool = False
+    """True after a claim failed with an outage, until strays are released."""
+
+    def free(self, running: int) -> int:
+        """How many jobs to claim while ``running`` run. Not a checkpoint."""
+        return max(0, self.concurrency - running) if self.open else 0
+
+    def count(self, jobs: list[JobRecord] | None) -> list[JobRecord]:
+        """Note the result of a claim: None if it failed with an outage.
+
+        Not a checkpoint.
+        """
+        if jobs is None:
+            self.uncertain = True
+            return []
+        self.claimed += len(jobs)
+        return jobs
+
+    async def claim(self, held: Collection[str], limit: int) -> list[JobRecord]:
+        """Claim up to ``limit`` jobs, first releasing strays if uncertain.
+
+        ``held``, the ids of the jobs the worker runs, is read when the
+        store's turn comes: pass a live view, so that jobs claimed by a
+        settlement meanwhile count. This is a checkpoint.
+        """
+        if self.uncertain:
+            strays = await self.store.release_strays(self.worker_id, held=held)
+            for job in strays:
+                logger.warning(
+                    "worker %s released job %s, claimed as the store went away",
+                    self.worker_id,
+                    job.id,
+                )
+        self.uncertain = True
+        jobs = await self.store.claim_many(
+            self.worker_id,
+            limit=limit,
+            lease=self.lease,
+            stale_after=self.stale_after,
+            kinds=self.kinds,
+            incarnation=self.incarnation,
+        )
+        self.uncertain = False
+        return self.count(jobs)

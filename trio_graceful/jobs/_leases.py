@@ -1,0 +1,207 @@
+"""Who holds which jobs: workers' leases, take-overs, rescues and strays.
+
+A worker's id names a role (``--worker-id``, often kept by a supervisor
+across restarts); its *incarnation*, a random value per process, names one
+process's life in that role. Each renewal of an id's lease records the
+incarnation that renews it (in ``job_incarnations``, beside the lease row,
+so that stores of earlier releases keep their tables as they are). A new
+process under the same id takes the id over (`take_over`): from then on
+the old process's renewals are refused (`WorkerReplacedError`, and it
+stops), and the jobs the id held are the old process's, so they are
+settled at once by the rescue instead of waiting for a lease that the new
+process renews to expire.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ._records import JobRecord
+from ._states import JobEvent, JobState
+
+
+class WorkerReplacedError(RuntimeError):
+    """Another process took over this worker's id (it was restarted).
+
+    The old process stops at once: its jobs are the new one's to settle.
+    """
+
+
+_HELD = (JobState.RUNNING.value, JobState.CANCELLING.value, JobState.TIMING_OUT.value)
+
+
+class LeaseQueries(abc.ABC):
+    """The lease operations of `SqlQueries`, over its statements."""
+
+    lock_row: str
+    lock_rows: str
+
+    @abc.abstractmethod
+    def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """As `SqlQueries._execute`."""
+
+    @abc.abstractmethod
+    def _transaction(self) -> AbstractContextManager[None]:
+        """As `SqlQueries._transaction`."""
+
+    @abc.abstractmethod
+    def _now(self, now: float) -> float:
+        """As `SqlQueries._now`."""
+
+    @abc.abstractmethod
+    def _select(self, where: str, args: Sequence[Any]) -> list[JobRecord]:
+        """The jobs matching ``where``, by id, locked as a claim locks them."""
+
+    @abc.abstractmethod
+    def _write(
+        self,
+        job: JobRecord,
+        event: JobEvent,
+        *,
+        now: float,
+        worker: str | None,
+        reason: str,
+        changes: Mapping[str, Any],
+    ) -> JobRecord:
+        """As `SqlQueries._write`."""
+
+    def _renew(
+        self,
+        worker: str,
+        expires_at: float,
+        *,
+        incarnation: str | None,
+        take_over: bool = False,
+    ) -> str | None:
+        """Extend the lease; return the incarnation that held it before.
+
+        ``incarnation=None`` renews whoever holds the row (tests and tools).
+        """
+        rows = self._execute(
+            f"SELECT incarnation FROM job_incarnations WHERE id = ?{self.lock_row}",
+            (worker,),
+        )
+        before: str | None = rows[0][0] if rows else None
+        if incarnation is None:
+            incarnation = before or ""
+        elif before not in (None, incarnation) and not take_over:
+            raise WorkerReplacedError(
+                f"worker id {worker!r} was taken over by another process "
+                f"(incarnation {before}); this one ({incarnation}) stops"
+            )
+        self._execute(
+            "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at",
+            (worker, expires_at),
+        )
+        self._execute(
+            "INSERT INTO job_incarnations (id, incarnation) VALUES (?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET incarnation = excluded.incarnation",
+            (worker, incarnation),
+        )
+        return before
+
+    def renew_lease(
+        self, worker: str, *, now: float, lease: float, incarnation: str | None = None
+    ) -> None:
+        with self._transaction():
+            self._renew(worker, self._now(now) + lease, incarnation=incarnation)
+
+    def take_over(
+        self, worker: str, *, now: float, lease: float, incarnation: str
+    ) -> list[JobRecord]:
+        """Hold ``worker``'s lease as ``incarnation``; settle what the id held.
+
+        Returns the jobs settled: those of an earlier process under the id.
+        """
+        with self._transaction():
+            now = self._now(now)
+            self._renew(worker, now + lease, incarnation=incarnation, take_over=True)
+            jobs = self._select("state IN (?, ?, ?) AND worker = ?", (*_HELD, worker))
+            why = f"worker {worker!r} was restarted (a new process took its id)"
+            return [self._settle(job, now=now, rescuer=worker, why=why) for job in jobs]
+
+    def drop_lease(self, worker: str) -> None:
+        with self._transaction():
+            self._execute("DELETE FROM job_workers WHERE id = ?", (worker,))
+            self._execute("DELETE FROM job_incarnations WHERE id = ?", (worker,))
+
+    def leases(self) -> dict[str, float]:
+        rows = self._execute("SELECT id, expires_at FROM job_workers ORDER BY id")
+        return {row[0]: row[1] for row in rows}
+
+    def rescue(self, *, now: float, rescuer: str) -> list[JobRecord]:
+        """Settle the jobs of workers whose lease has expired; return them."""
+        with self._transaction():
+            now = self._now(now)
+            jobs = self._select(
+                "state IN (?, ?, ?) AND NOT EXISTS (SELECT 1 FROM job_workers w "
+                "WHERE w.id = jobs.worker AND w.expires_at > ?)",
+                (*_HELD, now),
+            )
+            return [
+                self._settle(
+                    job,
+                    now=now,
+                    rescuer=rescuer,
+                    why=f"worker {job.worker!r} is gone (its lease expired)",
+                )
+                for job in jobs
+            ]
+
+    def release_strays(
+        self, worker: str, *, now: float, held: Collection[str]
+    ) -> list[JobRecord]:
+        """Queue again the running jobs of ``worker`` that it does not hold.
+
+        A claim whose commit was lost with the connection leaves a job
+        running under a worker that never heard of it; the worker calls this
+        before its next claim. Not counted against ``max_attempts``.
+        """
+        with self._transaction():
+            now = self._now(now)
+            strays = [
+                job
+                for job in self._select(
+                    "state = ? AND worker = ?", (JobState.RUNNING.value, worker)
+                )
+                if job.id not in held
+            ]
+            return [
+                self._write(
+                    job,
+                    JobEvent.REQUEUE,
+                    now=now,
+                    worker=worker,
+                    reason="claimed as the store went away; the worker never ran it",
+                    changes={"handbacks": job.handbacks + 1},
+                )
+                for job in strays
+            ]
+
+    def _settle(
+        self, job: JobRecord, *, now: float, rescuer: str, why: str
+    ) -> JobRecord:
+        if job.state is JobState.RUNNING and job.cancel_requested_at is not None:
+            job = self._write(
+                job, JobEvent.CANCEL, now=now, worker=rescuer, reason=why, changes={}
+            )
+        changes: dict[str, Any] = {}
+        if job.state is JobState.CANCELLING:
+            event, changes = JobEvent.FINISH_CANCEL, {"error": "cancelled"}
+        elif job.state is JobState.TIMING_OUT:
+            event = JobEvent.FINISH_TIME_OUT
+        elif job.attempts - job.handbacks >= job.max_attempts:
+            event = JobEvent.FAIL
+            changes = {
+                "error": f"{why} on attempt {job.attempts}, "
+                f"the last of {job.max_attempts}"
+            }
+        else:
+            event = JobEvent.REQUEUE
+        return self._write(
+            job, event, now=now, worker=rescuer, reason=why, changes=changes
+        )

@@ -1,0 +1,352 @@
+"""The attempts a worker runs: each in its own bundle, settled in the store.
+
+A `Supervisor` owns the worker's running attempts (`Attempt`, whose state
+is a table) and the moment the worker began to drain. An attempt's end is
+decided by whichever comes first:
+
+* its function returns or raises: ``completed`` or ``failed``;
+* a cancel request (read from the store, so it may come from any process):
+  ``cancelling`` is written, STOP goes to the job (`Bundle.shutdown` with
+  ``cancel_grace``), and ``cancelled`` is written once it has unwound;
+* its deadline, a plain Trio deadline: ``timing_out`` is written, the job is
+  hard-cancelled, and ``timed_out`` written with the time and elapsed
+  seconds;
+* the worker's drain: STOP and what is left of the worker's ``grace``; a
+  job that ends in time is settled as usual, the others are hard-cancelled
+  and handed back (``queued``, progress kept, not counted against
+  ``max_attempts``).
+
+Every write goes through the worker's `StoreAccess`, so a store outage
+delays it and never fails the job. Progress reported during an outage is
+kept in the attempt and written when the store is back (the last wins).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import outcome
+import trio
+
+from .._children._threads import ThreadBudget
+from .._core._bundle import Bundle
+from .._core._openbundle import open_bundle
+from .._core._trace import TraceKind, emit, tracing
+from ._access import StoreAccess
+from ._attempt import Attempt, AttemptEvent, AttemptState
+from ._claims import Claims
+from ._context import JobContext, JobStopped
+from ._functions import JobFunction
+from ._jsonrule import to_json
+from ._outages import StoreUnavailableError
+from ._records import JobRecord
+from ._sql import LostJobError
+from ._states import TRANSITIONS, IllegalJobTransitionError, JobEvent, JobState
+from ._traceback import report_failure
+
+logger = logging.getLogger("trio_graceful.jobs")
+
+
+def _trace(worker_id: str, job_id: str, source: JobState, target: JobState) -> None:
+    if tracing.active:
+        emit(
+            TraceKind.STATE_CHANGED,
+            f"jobs of {worker_id}",
+            f"job {job_id}",
+            detail=f"job {job_id}: {source.value} -> {target.value}",
+        )
+
+
+@attrs.define(eq=False)
+class Supervisor:
+    """Runs and settles the attempts of the worker ``worker_id``."""
+
+    access: StoreAccess
+    worker_id: str
+    functions: Mapping[str, JobFunction]
+    cancel_grace: float
+    heartbeat_interval: float
+    budget: ThreadBudget | None
+    claims: Claims
+    running: dict[str, Attempt] = attrs.field(factory=dict[str, Attempt])
+    ended: dict[str, int] = attrs.field(factory=dict[str, int])
+    #: Where the attempts run, while the worker serves.
+    bundle: Bundle | None = None
+    drain_deadline: float | None = None
+    #: Jobs whose ending could not be written before the drain deadline.
+    unsettled: list[str] = attrs.field(factory=list[str])
+    _slot_freed: trio.Event = attrs.field(factory=trio.Event)
+
+    def add(self, jobs: list[JobRecord]) -> None:
+        """Start an attempt of each job of ``jobs``, just claimed. Not a checkpoint."""
+        assert self.bundle is not None
+        for job in jobs:
+            attempt = self.running[job.id] = Attempt(job)
+            _trace(self.worker_id, job.id, JobState.QUEUED, JobState.RUNNING)
+            if self.drain_deadline is not None:
+                attempt.apply(AttemptEvent.DRAIN)  # claimed as the drain began
+            self.bundle.start_soon(self._supervise, attempt, name=f"job {job.id}")
+
+    async def wait_slot(self, concurrency: int) -> None:
+        """Wait until fewer than ``concurrency`` attempts run. This is a checkpoint."""
+        await trio.lowlevel.checkpoint()
+        while len(self.running) >= concurrency:
+            await self._slot_freed.wait()
+            self._slot_freed = trio.Event()
+
+    def drain(self, grace: float) -> None:
+        """Give every attempt STOP and ``grace`` seconds. Not a checkpoint."""
+        self.drain_deadline = trio.current_time() + grace
+        self.claims.open = False
+        self.access.give_up_at(self.drain_deadline)
+        for attempt in self.running.values():
+            attempt.apply(AttemptEvent.DRAIN)
+
+    def cancel(self, job_ids: list[str]) -> None:
+        """Serve the cancel requests of ``job_ids``. Not a checkpoint."""
+        for job_id in job_ids:
+            attempt = self.running.get(job_id)
+            if attempt is not None:
+                attempt.apply(AttemptEvent.CANCEL)
+
+    async def flush_progress(self) -> None:
+        """Write the progress reported during an outage. This is a checkpoint."""
+        await trio.lowlevel.checkpoint()
+        for attempt in list(self.running.values()):
+            while attempt.unsaved is not None and attempt.job.id in self.running:
+                progress, attempt.unsaved = attempt.unsaved, None
+                save = functools.partial(self._save, attempt, progress)
+                await self.access.call("saving progress", save)
+
+    async def _save(self, attempt: Attempt, progress: Mapping[str, Any]) -> None:
+        job = attempt.job
+        await self.access.store.save_progress(
+            job.id, progress, worker=self.worker_id, attempt=job.attempts
+        )
+
+    async def _report(self, attempt: Attempt, progress: Mapping[str, Any]) -> None:
+        """The job's `JobContext.report_progress`: never blocks on an outage."""
+        attempt.unsaved = progress
+        if self.access.down:
+            await trio.lowlevel.checkpoint()
+            return
+        attempt.unsaved = None  # newer than anything waiting to be flushed
+        try:
+            await self._save(attempt, progress)
+        except Exception as exc:
+            if not self.access.note("saving progress", exc):
+                raise
+            attempt.keep_unsaved(progress)
+
+    async def _write(
+        self, attempt: Attempt, event: JobEvent, reason: str, **changes: Any
+    ) -> None:
+        """Write ``event``; after an ending, claim the next jobs in the same trip."""
+        job = attempt.job
+        store = self.access.store
+        target = TRANSITIONS[job.state, event]
+        tries = 0
+
+        async def write() -> tuple[JobRecord, list[JobRecord] | None]:
+            nonlocal tries
+            tries += 1
+            limit = self.claims.free(len(self.running) - 1)
+            try:
+                if tries == 1 and target.terminal and limit:
+                    claims = self.claims
+                    return await store.finish_then_claim(
+                        job.id,
+                        event,
+                        worker=self.worker_id,
+                        attempt=job.attempts,
+                        reason=reason,
+                        limit=limit,
+                        lease=claims.lease,
+                        stale_after=claims.stale_after,
+                        kinds=claims.kinds,
+                        incarnation=claims.incarnation,
+                        **changes,
+                    )
+                done = await store.finish(
+                    job.id,
+                    event,
+                    worker=self.worker_id,
+                    attempt=job.attempts,
+                    reason=reason,
+                    **changes,
+                )
+                return done, []
+            except IllegalJobTransitionError:
+                # A try that failed with an outage may have been committed
+                # all the same (the answer was lost with the connection).
+                now = await store.get(job.id) if tries > 1 else job
+                expected = (target, self.worker_id)
+                if (now.state, now.worker) != expected or now.attempts != job.attempts:
+                    raise
+                return now, []
+
+        attempt.job, claimed = await self.access.call(f"settling job {job.id}", write)
+        _trace(self.worker_id, job.id, job.state, attempt.job.state)
+        self.add(self.claims.count(claimed))
+
+    async def _supervise(self, attempt: Attempt) -> None:
+        job = attempt.job
+        try:
+            await self._run(attempt)
+        except (LostJobError, IllegalJobTransitionError) as exc:
+            # A rescuer took the job from us (our lease had expired): its
+            # state is no longer ours to write, and nothing was written.
+            logger.warning("worker %s: %s", self.worker_id, exc)
+        except StoreUnavailableError:
+            self.unsettled.append(job.id)
+        finally:
+            del self.running[job.id]
+            self._slot_freed.set()
+            state = attempt.job.state.value
+            self.ended[state] = self.ended.get(state, 0) + 1
+
+    async def _run(self, attempt: Attempt) -> None:
+        job = attempt.job
+        # The worker claims only the kinds it has functions for.
+        ctx = await self._attend(attempt, self.functions[job.kind])
+        if ctx is None:
+            return
+        ended = attempt.outcome
+        if isinstance(ended, outcome.Value):
+            await self._write(
+                attempt,
+                JobEvent.COMPLETE,
+                "returned",
+                result=ended.value,  # JSON text, see _call
+                failed_subtasks=json.dumps(ctx.failed_subtasks),
+                progress=json.dumps(ctx.progress),
+                elapsed=self._elapsed(job),
+            )
+        elif isinstance(ended, outcome.Error) and not isinstance(
+            ended.error, JobStopped
+        ):
+            why = f"raised {ended.error!r}"
+            failure = report_failure(self.worker_id, job, why, ended.error)
+            await self._end(attempt, ctx, JobEvent.FAIL, why, traceback=failure)
+        elif attempt.cancel_requested:
+            # Asked to cancel while draining: the request wins over a hand-back.
+            await self._write(
+                attempt, JobEvent.CANCEL, "cancel requested while draining"
+            )
+            await self._end(attempt, ctx, JobEvent.FINISH_CANCEL, "cancelled")
+        else:
+            await self._write(
+                attempt,
+                JobEvent.REQUEUE,
+                f"handed back by worker {self.worker_id} at its shutdown",
+                progress=json.dumps(ctx.progress),
+                elapsed=self._elapsed(job),
+            )
+
+    async def _attend(self, attempt: Attempt, fn: JobFunction) -> JobContext | None:
+        """Run the job in its bundle until it ends, is cancelled, times out or drains.
+
+        Returns the context once the job's bundle is closed and its ending
+        is still to be written; None if it was written here.
+        """
+        job = attempt.job
+        deadline = (
+            math.inf if job.timeout is None else trio.current_time() + job.timeout
+        )
+
+        async def save(progress: Mapping[str, Any]) -> None:
+            await self._report(attempt, progress)
+
+        ctx: JobContext | None = None
+        async with open_bundle(name=f"job {job.id}") as bundle:
+            ctx = JobContext._create(  # pyright: ignore[reportPrivateUsage]
+                job,
+                bundle,
+                save,
+                self.access.store.now,
+                self.heartbeat_interval,
+                self.budget,
+            )
+            bundle.start_soon(
+                self._call, fn, ctx, bundle, attempt, name=f"{job.kind} {job.id}"
+            )
+            with trio.move_on_at(deadline) as timer:
+                await attempt.wait_decided()
+            if attempt.state is AttemptState.ENDED:
+                return ctx
+            if timer.cancelled_caught:
+                await self._time_out(attempt, bundle)
+                return None
+            if attempt.state is AttemptState.CANCELLING:
+                await self._write(attempt, JobEvent.CANCEL, "cancel requested")
+                report = await bundle.shutdown(self.cancel_grace)
+                how = (
+                    "cooperatively"
+                    if report.hard_cancelled_at is None
+                    else "after a hard cancel"
+                )
+                await self._end(
+                    attempt, ctx, JobEvent.FINISH_CANCEL, f"cancelled {how}"
+                )
+                return None
+            assert self.drain_deadline is not None
+            await bundle.shutdown(max(0.0, self.drain_deadline - trio.current_time()))
+        assert ctx is not None  # a bundle swallows no exception
+        return ctx
+
+    async def _end(
+        self,
+        attempt: Attempt,
+        ctx: JobContext,
+        event: JobEvent,
+        why: str,
+        **more: Any,
+    ) -> None:
+        await self._write(
+            attempt,
+            event,
+            why,
+            **more,
+            error=why,
+            failed_subtasks=json.dumps(ctx.failed_subtasks),
+            progress=json.dumps(ctx.progress),
+            elapsed=self._elapsed(attempt.job),
+        )
+
+    async def _time_out(self, attempt: Attempt, bundle: Bundle) -> None:
+        job = attempt.job
+        assert job.timeout is not None
+        await self._write(
+            attempt, JobEvent.TIME_OUT, f"deadline of {job.timeout:g} s passed"
+        )
+        await bundle.cancel(0)
+        await self._write(
+            attempt,
+            JobEvent.FINISH_TIME_OUT,
+            "cleanup done",
+            error=f"timed out after {job.timeout:g} s",
+            elapsed=self._elapsed(job),
+        )
+
+    def _elapsed(self, job: JobRecord) -> float:
+        assert job.started_at is not None
+        return self.access.store.now() - job.started_at
+
+    async def _call(
+        self, fn: JobFunction, ctx: JobContext, bundle: Bundle, attempt: Attempt
+    ) -> None:
+        with bundle.on_stop(ctx._request_stop):  # pyright: ignore[reportPrivateUsage]
+            try:
+                # A result that is not JSON fails the job, with its path.
+                value = to_json(await fn(ctx), what="result")
+            except Exception as exc:
+                attempt.outcome = outcome.Error(exc)
+            else:
+                attempt.outcome = outcome.Value(value)
+        attempt.apply(AttemptEvent.END)
