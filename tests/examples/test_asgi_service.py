@@ -37,8 +37,11 @@ from tests.process_support import refused
 
 pytestmark = pytest.mark.realtime
 
-# The bound on the exit after a second signal.
-AT_ONCE = 0.5
+# Far less than the 60 s grace and the 100 s stream, so that only the
+# second signal can end the service this soon, on any machine: the exit
+# takes tens of milliseconds on an idle one, but a test process starved of
+# CPU must not turn that into a failure.
+AT_ONCE = 10.0
 TRIES = 3
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
 

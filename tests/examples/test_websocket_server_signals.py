@@ -101,6 +101,11 @@ def logged_at(line: str) -> float:
     return stamp.timestamp()
 
 
+SLACK = 0.25
+"""Seconds a busy server may take from finding nothing left to read to
+logging the CLOSE it sends."""
+
+
 def close_sent_at(server: ServerProcess, port: int) -> float:
     """When the server logged that it sends CLOSE to the client on ``port``."""
     [line] = [line for line in server.lines if f":{port}>: sending CLOSE" in line]
@@ -216,10 +221,12 @@ async def test_signal_amid_continuous_requests_loses_nothing_read(reject):
         # Every request the server read got a reply, and only those.
         assert set(replied) == server.received()
         for result in results:
-            # ... and every request sent 20 ms before the CLOSE came was read.
-            # A busy client sees the CLOSE late: the server's log says when
-            # it went out.
-            assert result.unanswered(close_sent_at(server, result.local_port)) == []
+            # ... and every request sent well before the CLOSE was read. A
+            # busy client sees the CLOSE late: the server's log says when it
+            # went out; and a busy server logs it a while after it found
+            # nothing left to read: SLACK allows for that.
+            close = close_sent_at(server, result.local_port)
+            assert result.unanswered(close - SLACK) == []
             assert (result.close_code, result.close_reason) == SHUTTING_DOWN
             assert result.clean
             assert set(result.answered) <= set(result.sent)
@@ -386,8 +393,11 @@ async def test_demo_runs_and_reports_both_shutdowns():
     for column in range(2):  # every request counted once
         total = answered[column] + refused[column] + wire[column] + lost[column]
         assert sent[column] == total
-    assert lost[0] == 0
-    assert lost[1] > 0  # the naive shutdown loses what was in flight
+    # The clients tell "lost" from "crossed the CLOSE" by when they sent a
+    # request, which a client starved of CPU can get wrong; that the
+    # graceful server lost none is its own exact count, in its log line
+    # below. The naive shutdown loses what was in flight, long in work.
+    assert lost[1] > 0
     assert lines[7].split()[-3:] == ["1001", "10x", "none"]
     assert lines[8].split()[-2:] == ["refused", "refused"]
     assert re.fullmatch(
