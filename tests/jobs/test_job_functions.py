@@ -154,7 +154,9 @@ async def test_a_mixed_fleet_runs_each_kind_on_the_worker_that_knows_it(
         open_store(store_url, offload=False) as two,
         open_store(store_url, offload=False) as client,
     ):
-        ids = {kind: [await client.submit(kind) for _ in range(3)] for kind in "abc"}
+        ids: dict[str, list[str]] = {}
+        for kind in "abc":  # a loop: Python 3.10 has no await in a nested comprehension
+            ids[kind] = [await client.submit(kind) for _ in range(3)]
         older = Worker(one, {"a": plain}, worker_id="A", poll_interval=0.5)
         newer = Worker(two, {"a": plain, "b": plain}, worker_id="B", poll_interval=0.5)
         async with serving(older), serving(newer):
