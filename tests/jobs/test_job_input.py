@@ -19,6 +19,7 @@ import pytest
 from trio_graceful.jobs import (
     JobEvent,
     JobNotFoundError,
+    JobState,
     JobStore,
     StoreError,
     open_store,
@@ -240,6 +241,46 @@ async def test_the_largest_values_both_stores_hold(store_url: str) -> None:
             2**31 - 1,
         )
         assert math.copysign(1, job.payload["neg0"]) == -1
+
+
+async def test_a_transition_sets_only_the_columns_a_worker_may(
+    store_url: str,
+) -> None:
+    message = (
+        "a transition cannot set attempts, state; it sets only "
+        "elapsed, error, failed_subtasks, progress, result"
+    )
+    options: dict[str, Any] = {"worker": "w", "attempt": 1, "reason": "r"}
+    with open_store(store_url) as store:
+        job_id = await store.submit("k")
+        await store.claim("w", lease=60)
+        events = await store.events()
+        await refused(
+            store,
+            lambda s: s.finish(
+                job_id, JobEvent.COMPLETE, attempts=5, state="queued", **options
+            ),
+            TypeError,
+            message,
+        )
+        await refused(
+            store,
+            lambda s: s.finish_then_claim(
+                job_id,
+                JobEvent.COMPLETE,
+                state="queued",
+                attempts=5,
+                limit=1,
+                lease=60,
+                stale_after=None,
+                incarnation=None,
+                **options,
+            ),
+            TypeError,
+            message,
+        )
+        assert await store.events() == events
+        assert (await store.get(job_id)).state is JobState.RUNNING
 
 
 async def test_a_closed_store_refuses_every_operation(store_url: str) -> None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         JobStopped as JobStopped,
     )
     from ._functions import JobFunction as JobFunction
+    from ._holding import LostJobError as LostJobError
     from ._leases import WorkerReplacedError as WorkerReplacedError
     from ._open import open_store as open_store
     from ._outages import (
@@ -26,10 +27,7 @@ if TYPE_CHECKING:
         AuditEvent as AuditEvent,
         JobRecord as JobRecord,
     )
-    from ._sql import (
-        LostJobError as LostJobError,
-        StoreError as StoreError,
-    )
+    from ._sql import StoreError as StoreError
     from ._states import (
         TRANSITIONS as TRANSITIONS,
         IllegalJobTransitionError as IllegalJobTransitionError,
@@ -70,7 +68,8 @@ __all__ = [
 _MODULES: dict[str, tuple[str, ...]] = {
     "._context": ("CallTimeoutError", "JobContext", "JobStopped"),
     "._records": ("AuditEvent", "JobRecord"),
-    "._sql": ("LostJobError", "StoreError"),
+    "._holding": ("LostJobError",),
+    "._sql": ("StoreError",),
     "._states": (
         "TRANSITIONS",
         "IllegalJobTransitionError",

@@ -21,6 +21,7 @@ table is a bug (`IllegalAttemptTransitionError`) and changes nothing.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -117,8 +118,21 @@ class Attempt:
             self._changed = trio.Event()
         return target
 
-    async def wait_decided(self) -> None:
-        """Wait while the attempt is running. This is a checkpoint."""
+    async def wait_decided(self, deadline: float) -> bool:
+        """Wait while the attempt is running, until ``deadline`` at most.
+
+        Returns True if the deadline passed first. This is a checkpoint.
+        """
+        if deadline == math.inf:
+            # Most jobs have no timeout: a cancel scope would cost more
+            # than the wait itself.
+            await self._wait_decided()
+            return False
+        with trio.move_on_at(deadline) as timer:
+            await self._wait_decided()
+        return timer.cancelled_caught
+
+    async def _wait_decided(self) -> None:
         await trio.lowlevel.checkpoint()
         while self.state is AttemptState.RUNNING:
             await self._changed.wait()

@@ -165,3 +165,24 @@ def finish_options(
             None if traceback is None else check_text(traceback, argument="traceback")
         ),
     }
+
+
+# What a worker's transition may set beside the state; the store sets the rest.
+_CHANGES: Final = frozenset(
+    {"result", "progress", "failed_subtasks", "elapsed", "error"}
+)
+
+
+def check_changes(changes: dict[str, Any]) -> dict[str, Any]:
+    """Return ``changes`` if it sets only the columns a worker's transition may.
+
+    Raises:
+        TypeError: naming the first column it may not set.
+    """
+    unknown = sorted(changes.keys() - _CHANGES)
+    if unknown:
+        raise TypeError(
+            f"a transition cannot set {', '.join(unknown)}; it sets only "
+            f"{', '.join(sorted(_CHANGES))}"
+        )
+    return changes

@@ -2,18 +2,18 @@
 
 Jobs are claimed by the worker's claim loop, as many as there are free
 slots in one transaction, and by the settlement of a finished job, which
-claims the next ones in the same trip to the worker thread
-(`JobStore.finish_then_claim`). Both go through `Claims`, which counts
-them and remembers when a claim failed with an outage: such a claim may
-have been committed without the answer coming back, so before the next
-claim the jobs running under the worker's id that it does not hold are
-queued again (`JobStore.release_strays`).
+claims the next ones in the same transaction (`JobStore.finish_then_claim`).
+Both go through `Claims`, which counts them and remembers when a claim
+failed: an outage can take the answer of a committed claim with it, so
+before the next claim the jobs running under the worker's id that it does
+not hold are queued again (`JobStore.release_strays`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Generator
 
 import attrs
 
@@ -40,22 +40,29 @@ class Claims:
     open: bool = True
     """False once the worker drains: no more claims."""
     uncertain: bool = False
-    """True after a claim failed with an outage, until strays are released."""
+    """True after a claim failed, until strays are released."""
 
     def free(self, running: int) -> int:
         """How many jobs to claim while ``running`` run. Not a checkpoint."""
         return max(0, self.concurrency - running) if self.open else 0
 
-    def count(self, jobs: list[JobRecord] | None) -> list[JobRecord]:
-        """Note the result of a claim: None if it failed with an outage.
-
-        Not a checkpoint.
-        """
-        if jobs is None:
-            self.uncertain = True
-            return []
+    def count(self, jobs: list[JobRecord]) -> list[JobRecord]:
+        """Note the jobs a claim brought. Not a checkpoint."""
         self.claimed += len(jobs)
         return jobs
+
+    @contextlib.contextmanager
+    def uncertain_on_failure(self) -> Generator[None, None, None]:
+        """Note that a claim made in the block may be committed if it raises.
+
+        An outage can take the answer of a committed claim with it. Not a
+        checkpoint.
+        """
+        try:
+            yield
+        except BaseException:
+            self.uncertain = True
+            raise
 
     async def claim(self, held: Collection[str], limit: int) -> list[JobRecord]:
         """Claim up to ``limit`` jobs, first releasing strays if uncertain.
@@ -72,14 +79,14 @@ class Claims:
                     self.worker_id,
                     job.id,
                 )
-        self.uncertain = True
-        jobs = await self.store.claim_many(
-            self.worker_id,
-            limit=limit,
-            lease=self.lease,
-            stale_after=self.stale_after,
-            kinds=self.kinds,
-            incarnation=self.incarnation,
-        )
-        self.uncertain = False
+            self.uncertain = False
+        with self.uncertain_on_failure():
+            jobs = await self.store.claim_many(
+                self.worker_id,
+                limit=limit,
+                lease=self.lease,
+                stale_after=self.stale_after,
+                kinds=self.kinds,
+                incarnation=self.incarnation,
+            )
         return self.count(jobs)

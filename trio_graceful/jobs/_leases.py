@@ -97,11 +97,12 @@ class LeaseQueries(abc.ABC):
             "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at",
             (worker, expires_at),
         )
-        self._execute(
-            "INSERT INTO job_incarnations (id, incarnation) VALUES (?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET incarnation = excluded.incarnation",
-            (worker, incarnation),
-        )
+        if incarnation != before:
+            self._execute(
+                "INSERT INTO job_incarnations (id, incarnation) VALUES (?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET incarnation = excluded.incarnation",
+                (worker, incarnation),
+            )
         return before
 
     def renew_lease(

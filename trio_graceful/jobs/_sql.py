@@ -18,10 +18,8 @@ from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ._leases import LeaseQueries
-from ._reads import ReadQueries
+from ._holding import HoldingQueries
 from ._records import JobRecord
-from ._schema import COLUMNS, record
 from ._states import JobEvent, JobState, check_transition
 
 
@@ -29,15 +27,7 @@ class StoreError(Exception):
     """The store cannot be opened or used (not a database, wrong schema, ...)."""
 
 
-class LostJobError(RuntimeError):
-    """A worker wrote to a job attempt that is no longer its own.
-
-    A rescuer handed the job back after the worker's lease expired; the
-    worker's write is refused and changes nothing.
-    """
-
-
-class SqlQueries(ReadQueries, LeaseQueries):
+class SqlQueries(HoldingQueries):
     """The store's operations, over a dialect's `_execute`; calls must not overlap."""
 
     #: The column that orders jobs submitted in the same instant.
@@ -153,132 +143,6 @@ class SqlQueries(ReadQueries, LeaseQueries):
             )
             self._notify("submitted")
         return job_id
-
-    def claim(
-        self,
-        worker: str,
-        *,
-        now: float,
-        lease: float,
-        stale_after: float | None,
-        incarnation: str | None = None,
-        kinds: Sequence[str] | None = None,
-    ) -> JobRecord | None:
-        jobs = self.claim_many(
-            worker,
-            now=now,
-            lease=lease,
-            stale_after=stale_after,
-            incarnation=incarnation,
-            kinds=kinds,
-            limit=1,
-        )
-        return jobs[0] if jobs else None
-
-    def claim_many(
-        self,
-        worker: str,
-        *,
-        now: float,
-        lease: float,
-        stale_after: float | None,
-        incarnation: str | None = None,
-        kinds: Sequence[str] | None = None,
-        limit: int,
-    ) -> list[JobRecord]:
-        """Claim up to ``limit`` of the oldest queued jobs of ``kinds`` (None: any).
-
-        All in one transaction.
-        """
-        of_kinds = (
-            "" if kinds is None else f" AND kind IN ({', '.join('?' * len(kinds))})"
-        )
-        with self._transaction():
-            now = self._now(now)
-            self._renew(worker, now + lease, incarnation=incarnation)
-            rows = self._execute(
-                f"SELECT {COLUMNS} FROM jobs WHERE state = ?{of_kinds} "
-                f"ORDER BY created_at, {self.order_column} LIMIT ?{self.lock_rows}",
-                (JobState.QUEUED.value, *(kinds or ()), limit),
-            )
-            return [
-                self._write(
-                    job,
-                    JobEvent.CLAIM,
-                    now=now,
-                    worker=worker,
-                    reason=f"attempt {job.attempts + 1}",
-                    changes={
-                        "attempts": job.attempts + 1,
-                        "worker": worker,
-                        "started_at": now,
-                        "stale_after": stale_after,
-                        "elapsed": None,
-                    },
-                )
-                for job in map(record, rows)
-            ]
-
-    def _owned(self, job_id: str, worker: str, attempt: int) -> JobRecord:
-        job = self._get(job_id, lock=True)
-        if job.worker != worker or job.attempts != attempt:
-            raise LostJobError(
-                f"job {job_id} attempt {attempt} no longer belongs to worker "
-                f"{worker!r}; it is {job.state.value} on attempt {job.attempts} "
-                f"of worker {job.worker!r}"
-            )
-        return job
-
-    def finish(
-        self,
-        job_id: str,
-        event: JobEvent,
-        *,
-        worker: str,
-        attempt: int,
-        now: float,
-        reason: str,
-        changes: Mapping[str, Any],
-        traceback: str | None = None,
-    ) -> JobRecord:
-        """A transition by the worker that holds the attempt, with its traceback."""
-        with self._transaction():
-            now = self._now(now)
-            job = self._get(job_id, lock=True)
-            check_transition(job_id, job.state, event)
-            job = self._owned(job_id, worker, attempt)
-            if event is JobEvent.REQUEUE:
-                # A hand-back at shutdown is not a failed attempt.
-                changes = {**changes, "handbacks": job.handbacks + 1}
-            if event is JobEvent.TIME_OUT:
-                changes = {**changes, "timed_out_at": now}
-            if traceback is not None:
-                self._execute(
-                    "INSERT INTO job_tracebacks (job, traceback) VALUES (?, ?) "
-                    "ON CONFLICT (job) DO UPDATE SET traceback = excluded.traceback",
-                    (job_id, traceback),
-                )
-            return self._write(
-                job, event, now=now, worker=worker, reason=reason, changes=changes
-            )
-
-    def save_progress(
-        self,
-        job_id: str,
-        progress: Mapping[str, Any],
-        *,
-        worker: str,
-        attempt: int,
-        now: float,
-    ) -> None:
-        with self._transaction():
-            now = self._now(now)
-            if self._owned(job_id, worker, attempt).state is not JobState.RUNNING:
-                return  # a late write of progress never changes an ending
-            self._execute(
-                "UPDATE jobs SET progress = ?, last_heartbeat_at = ? WHERE id = ?",
-                (json.dumps(dict(progress)), now, job_id),
-            )
 
     def request_cancel(self, job_id: str, *, now: float) -> JobRecord:
         with self._transaction():

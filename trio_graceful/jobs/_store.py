@@ -8,6 +8,7 @@ store. `open_store` (in `_open`) picks the store from a URL.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
@@ -16,6 +17,7 @@ import attrs
 import trio
 
 from ._checks import (
+    check_changes,
     check_count,
     check_duration,
     check_incarnation,
@@ -27,6 +29,7 @@ from ._checks import (
 )
 from ._jsonrule import check_object
 from ._records import AuditEvent, JobRecord
+from ._serial import SerialCalls
 from ._sql import SqlQueries, StoreError
 from ._states import JobEvent
 
@@ -58,7 +61,12 @@ class JobStore:
     _queries: SqlQueries
     _clock: Callable[[], float] = time.time
     _offload: bool = True
-    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _calls: SerialCalls = attrs.field(
+        init=False,
+        default=attrs.Factory(
+            lambda self: SerialCalls(offload=self._offload), takes_self=True
+        ),
+    )
     _closed: bool = attrs.field(default=False, init=False)
 
     def now(self) -> float:
@@ -68,11 +76,7 @@ class JobStore:
     async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         if self._closed:
             raise StoreError("the job store is closed")
-        async with self._lock:
-            if not self._offload:
-                await trio.lowlevel.checkpoint()
-                return fn(*args, **kwargs)
-            return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+        return await self._calls.run(functools.partial(fn, *args, **kwargs))
 
     @property
     def listens(self) -> bool:
@@ -197,31 +201,24 @@ class JobStore:
         kinds: Collection[str] | None = None,
         incarnation: str | None,
         **changes: Any,
-    ) -> tuple[JobRecord, list[JobRecord] | None]:
-        """`finish`, then `claim_many`, in one trip to the worker thread.
+    ) -> tuple[JobRecord, list[JobRecord]]:
+        """`finish`, then `claim_many`, in one transaction.
 
-        Two transactions, as two calls would make: only the trip is saved.
-        Returns the finished job and the jobs claimed, or None for them if
-        the claim failed with an outage (it may have been committed all the
-        same). Raises what `finish` raises.
+        Returns the finished job and the jobs claimed. One commit, where
+        two calls would make two. Raises what `finish` raises, and
+        `WorkerReplacedError` (writing nothing) if another process holds the
+        worker's id. After an outage, both may have been written or neither
+        (the answer can be lost with the connection).
         """
-        finish = finish_options(job_id, worker, attempt, reason, traceback)
-        claim = claim_options(worker, lease, stale_after, kinds, incarnation)
-        limit = check_count(limit, argument="limit")
-        now = self.now()
-
-        def finish_then_claim() -> tuple[JobRecord, list[JobRecord] | None]:
-            queries = self._queries
-            job = queries.finish(event=event, now=now, changes=changes, **finish)
-            try:
-                claimed = queries.claim_many(now=now, limit=limit, **claim)
-            except Exception as exc:
-                if not queries.is_outage(exc):
-                    raise
-                return job, None
-            return job, claimed
-
-        return await self._call(finish_then_claim)
+        options: dict[str, Any] = {
+            **claim_options(worker, lease, stale_after, kinds, incarnation),
+            **finish_options(job_id, worker, attempt, reason, traceback),
+            "limit": check_count(limit, argument="limit"),
+            "changes": check_changes(changes),
+        }
+        return await self._call(
+            self._queries.finish_then_claim, event=event, now=self.now(), **options
+        )
 
     async def take_over(
         self, worker: str, *, incarnation: str, lease: float
@@ -270,8 +267,11 @@ class JobStore:
         """Apply ``event`` to the job attempt that ``worker`` holds.
 
         ``traceback``, if given, is stored with the job (`JobRecord.traceback`).
+        ``changes`` set the job's ``result``, ``progress``,
+        ``failed_subtasks`` (JSON text), ``elapsed`` and ``error``.
 
         Raises:
+            TypeError: if ``changes`` names another column.
             IllegalJobTransitionError: if the table does not allow it.
             LostJobError: if the attempt is no longer the worker's.
         """
@@ -280,7 +280,7 @@ class JobStore:
             self._queries.finish,
             event=event,
             now=self.now(),
-            changes=changes,
+            changes=check_changes(changes),
             **options,
         )
 

@@ -43,10 +43,10 @@ from ._attempt import Attempt, AttemptEvent, AttemptState
 from ._claims import Claims
 from ._context import JobContext, JobStopped
 from ._functions import JobFunction
+from ._holding import LostJobError
 from ._jsonrule import to_json
 from ._outages import StoreUnavailableError
 from ._records import JobRecord
-from ._sql import LostJobError
 from ._states import TRANSITIONS, IllegalJobTransitionError, JobEvent, JobState
 from ._traceback import report_failure
 
@@ -153,26 +153,27 @@ class Supervisor:
         target = TRANSITIONS[job.state, event]
         tries = 0
 
-        async def write() -> tuple[JobRecord, list[JobRecord] | None]:
+        async def write() -> tuple[JobRecord, list[JobRecord]]:
             nonlocal tries
             tries += 1
             limit = self.claims.free(len(self.running) - 1)
             try:
                 if tries == 1 and target.terminal and limit:
                     claims = self.claims
-                    return await store.finish_then_claim(
-                        job.id,
-                        event,
-                        worker=self.worker_id,
-                        attempt=job.attempts,
-                        reason=reason,
-                        limit=limit,
-                        lease=claims.lease,
-                        stale_after=claims.stale_after,
-                        kinds=claims.kinds,
-                        incarnation=claims.incarnation,
-                        **changes,
-                    )
+                    with claims.uncertain_on_failure():
+                        return await store.finish_then_claim(
+                            job.id,
+                            event,
+                            worker=self.worker_id,
+                            attempt=job.attempts,
+                            reason=reason,
+                            limit=limit,
+                            lease=claims.lease,
+                            stale_after=claims.stale_after,
+                            kinds=claims.kinds,
+                            incarnation=claims.incarnation,
+                            **changes,
+                        )
                 done = await store.finish(
                     job.id,
                     event,
@@ -207,7 +208,10 @@ class Supervisor:
             self.unsettled.append(job.id)
         finally:
             del self.running[job.id]
-            self._slot_freed.set()
+            # The claim loop waits for a free slot; a settlement that claimed
+            # a job in this one's place left none.
+            if len(self.running) < self.claims.concurrency:
+                self._slot_freed.set()
             state = attempt.job.state.value
             self.ended[state] = self.ended.get(state, 0) + 1
 
@@ -276,11 +280,10 @@ class Supervisor:
             bundle.start_soon(
                 self._call, fn, ctx, bundle, attempt, name=f"{job.kind} {job.id}"
             )
-            with trio.move_on_at(deadline) as timer:
-                await attempt.wait_decided()
+            timed_out = await attempt.wait_decided(deadline)
             if attempt.state is AttemptState.ENDED:
                 return ctx
-            if timer.cancelled_caught:
+            if timed_out:
                 await self._time_out(attempt, bundle)
                 return None
             if attempt.state is AttemptState.CANCELLING:

@@ -1,0 +1,215 @@
+"""A worker's writes to the jobs it holds: claiming, progress, endings.
+
+The part of `SqlQueries` that a worker calls while it runs jobs. Every
+operation is one transaction. A worker that finishes a job while it has a
+free slot settles the job and claims the next ones in the same transaction
+(`finish_then_claim`): one commit, and so one flush to disk, where a
+settlement and a claim apart would take two.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._leases import LeaseQueries
+from ._reads import ReadQueries
+from ._records import JobRecord
+from ._schema import COLUMNS, record
+from ._states import JobEvent, JobState, check_transition
+
+
+class LostJobError(RuntimeError):
+    """A worker wrote to a job attempt that is no longer its own.
+
+    A rescuer handed the job back after the worker's lease expired; the
+    worker's write is refused and changes nothing.
+    """
+
+
+class HoldingQueries(ReadQueries, LeaseQueries):
+    """Claims, progress and endings, over the statements of `SqlQueries`."""
+
+    def claim(
+        self,
+        worker: str,
+        *,
+        now: float,
+        lease: float,
+        stale_after: float | None,
+        incarnation: str | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> JobRecord | None:
+        jobs = self.claim_many(
+            worker,
+            now=now,
+            lease=lease,
+            stale_after=stale_after,
+            incarnation=incarnation,
+            kinds=kinds,
+            limit=1,
+        )
+        return jobs[0] if jobs else None
+
+    def claim_many(
+        self,
+        worker: str,
+        *,
+        now: float,
+        lease: float,
+        stale_after: float | None,
+        incarnation: str | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` of the oldest queued jobs of ``kinds`` (None: any).
+
+        All in one transaction, which renews the worker's lease first.
+        """
+        with self._transaction():
+            now = self._now(now)
+            self._renew(worker, now + lease, incarnation=incarnation)
+            return self._claim(worker, now, stale_after, kinds, limit)
+
+    def finish(
+        self,
+        job_id: str,
+        event: JobEvent,
+        *,
+        worker: str,
+        attempt: int,
+        now: float,
+        reason: str,
+        changes: Mapping[str, Any],
+        traceback: str | None = None,
+    ) -> JobRecord:
+        """A transition by the worker that holds the attempt, with its traceback."""
+        with self._transaction():
+            now = self._now(now)
+            return self._finish(
+                job_id, event, worker, attempt, now, reason, changes, traceback
+            )
+
+    def finish_then_claim(
+        self,
+        job_id: str,
+        event: JobEvent,
+        *,
+        worker: str,
+        attempt: int,
+        now: float,
+        reason: str,
+        changes: Mapping[str, Any],
+        traceback: str | None = None,
+        lease: float,
+        stale_after: float | None,
+        incarnation: str | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int,
+    ) -> tuple[JobRecord, list[JobRecord]]:
+        """`finish`, then `claim_many`, committed together.
+
+        The lease is renewed first: if another process holds the worker's
+        id (`WorkerReplacedError`), nothing is written. Its take-over has
+        settled the job already; the ending is not this process's to write.
+        """
+        with self._transaction():
+            now = self._now(now)
+            self._renew(worker, now + lease, incarnation=incarnation)
+            job = self._finish(
+                job_id, event, worker, attempt, now, reason, changes, traceback
+            )
+            return job, self._claim(worker, now, stale_after, kinds, limit)
+
+    def save_progress(
+        self,
+        job_id: str,
+        progress: Mapping[str, Any],
+        *,
+        worker: str,
+        attempt: int,
+        now: float,
+    ) -> None:
+        with self._transaction():
+            now = self._now(now)
+            job = self._get(job_id, lock=True)
+            if self._owned(job, worker, attempt).state is not JobState.RUNNING:
+                return  # a late write of progress never changes an ending
+            self._execute(
+                "UPDATE jobs SET progress = ?, last_heartbeat_at = ? WHERE id = ?",
+                (json.dumps(dict(progress)), now, job_id),
+            )
+
+    def _claim(
+        self,
+        worker: str,
+        now: float,
+        stale_after: float | None,
+        kinds: Sequence[str] | None,
+        limit: int,
+    ) -> list[JobRecord]:
+        of_kinds = (
+            "" if kinds is None else f" AND kind IN ({', '.join('?' * len(kinds))})"
+        )
+        rows = self._execute(
+            f"SELECT {COLUMNS} FROM jobs WHERE state = ?{of_kinds} "
+            f"ORDER BY created_at, {self.order_column} LIMIT ?{self.lock_rows}",
+            (JobState.QUEUED.value, *(kinds or ()), limit),
+        )
+        return [
+            self._write(
+                job,
+                JobEvent.CLAIM,
+                now=now,
+                worker=worker,
+                reason=f"attempt {job.attempts + 1}",
+                changes={
+                    "attempts": job.attempts + 1,
+                    "worker": worker,
+                    "started_at": now,
+                    "stale_after": stale_after,
+                    "elapsed": None,
+                },
+            )
+            for job in map(record, rows)
+        ]
+
+    def _finish(
+        self,
+        job_id: str,
+        event: JobEvent,
+        worker: str,
+        attempt: int,
+        now: float,
+        reason: str,
+        changes: Mapping[str, Any],
+        traceback: str | None,
+    ) -> JobRecord:
+        job = self._get(job_id, lock=True)
+        check_transition(job_id, job.state, event)
+        self._owned(job, worker, attempt)
+        if event is JobEvent.REQUEUE:
+            # A hand-back at shutdown is not a failed attempt.
+            changes = {**changes, "handbacks": job.handbacks + 1}
+        if event is JobEvent.TIME_OUT:
+            changes = {**changes, "timed_out_at": now}
+        if traceback is not None:
+            self._execute(
+                "INSERT INTO job_tracebacks (job, traceback) VALUES (?, ?) "
+                "ON CONFLICT (job) DO UPDATE SET traceback = excluded.traceback",
+                (job_id, traceback),
+            )
+        return self._write(
+            job, event, now=now, worker=worker, reason=reason, changes=changes
+        )
+
+    @staticmethod
+    def _owned(job: JobRecord, worker: str, attempt: int) -> JobRecord:
+        if job.worker != worker or job.attempts != attempt:
+            raise LostJobError(
+                f"job {job.id} attempt {attempt} no longer belongs to worker "
+                f"{worker!r}; it is {job.state.value} on attempt {job.attempts} "
+                f"of worker {job.worker!r}"
+            )
+        return job
