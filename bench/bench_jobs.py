@@ -2,18 +2,23 @@
 
 * Throughput of claim -> run -> complete for no-op jobs and for jobs of
   1 ms and 10 ms, with 1 and 4 worker processes, against a hand-written loop
-  on the same store in the same run (claim, the job's time, complete: the
-  same two durable transactions per job, in one process, no Trio, no
-  threads): the ratio is what the library adds (threads for the driver, a
-  bundle per job, its lease and cancel-request queries).
+  on the same store in the same run (claim, the job's time, complete, through
+  the store's own queries: two transactions per job, in one process, no
+  Trio, no threads). The library's worker writes the same rows, and commits
+  a job's ending with the next claim (one transaction per job in the steady
+  state); the ratio is what it adds or saves (a thread for the queries, a
+  bundle per job, the supervision of its end).
 * From a worker's SIGKILL to its job running on another worker (the lease
   is 1 s: most of this time is the lease running out).
 * From a cancel request to ``cancelled``: cooperative (the job checks
   between 10 ms steps) and forced (it never checks; ``cancel_grace`` 0.2 s).
 
 PostgreSQL is measured when ``--postgres URL`` is given (an empty database).
-Run ``python bench/bench_jobs.py [--quick] [--postgres URL]``; results go to
-``bench/results/jobs.json`` and a table on stdout.
+``--pin`` keeps each worker process, of every variant, on one CPU (the
+library's Trio thread and query thread then share it), and measures
+throughput only. Run ``python bench/bench_jobs.py [--quick] [--postgres URL]
+[--pin]``; results go to ``bench/results/jobs.json`` (``jobs_pinned.json``)
+and a table on stdout.
 """
 
 from __future__ import annotations
@@ -119,9 +124,10 @@ def hand_written_worker(url: str, job_ms: float) -> None:
     q.close()
 
 
-def spawn(*args: str) -> subprocess.Popen[str]:
+def spawn(*args: str, cpu: int | None = None) -> subprocess.Popen[str]:
+    where = [] if cpu is None else ["--cpu", str(cpu)]
     process = subprocess.Popen(
-        [sys.executable, __file__, *args],
+        [sys.executable, __file__, *args, *where],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -141,7 +147,13 @@ def count_ended(q: SqlQueries) -> int:
 
 
 def throughput(
-    url: str, variant: str, processes: int, n: int, job_ms: float = 0
+    url: str,
+    variant: str,
+    processes: int,
+    n: int,
+    job_ms: float = 0,
+    *,
+    pin: bool = False,
 ) -> float:
     """Jobs per second from "go" to the last of ``n`` queued jobs ending.
 
@@ -156,7 +168,17 @@ def throughput(
         "library, offload=False": "--child-inline",
         "hand-written": "--child-raw",
     }[variant]
-    workers = [spawn(child, url, "--job-ms", str(job_ms)) for _ in range(processes)]
+    cpus = sorted(os.sched_getaffinity(0))
+    workers = [
+        spawn(
+            child,
+            url,
+            "--job-ms",
+            str(job_ms),
+            cpu=cpus[i % len(cpus)] if pin else None,
+        )
+        for i in range(processes)
+    ]
     # One connection, opened before the clock starts, and a light query every
     # 5 ms: the watcher must not load the machine it measures.
     watcher = queries(url)
@@ -172,7 +194,7 @@ def throughput(
     for w in workers:
         if child != "--child-raw":
             w.send_signal(signal.SIGTERM)
-        w.wait()
+        w.communicate()  # waits, and closes its pipes
     return n / elapsed
 
 
@@ -251,7 +273,16 @@ def main() -> None:
     parser.add_argument("--child-inline", default=None)
     parser.add_argument("--child-raw", default=None)
     parser.add_argument("--job-ms", type=float, default=0.0)
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="keep each worker process, of every variant, on one CPU",
+    )
+    parser.add_argument("--cpu", type=int, default=None)
     args = parser.parse_args()
+    if args.cpu is not None:
+        # Before any thread starts: the threads inherit it.
+        os.sched_setaffinity(0, {args.cpu})
     if args.child_worker:
         return library_worker(args.child_worker, args.job_ms)
     if args.child_inline:
@@ -262,7 +293,12 @@ def main() -> None:
     stores = {"sqlite": f"sqlite:///{tempfile.mkdtemp()}/bench.db"}
     if args.postgres:
         stores["postgresql"] = args.postgres
-    results: dict[str, Any] = {"jobs": n, "repetitions": reps, "stores": {}}
+    results: dict[str, Any] = {
+        "jobs": n,
+        "repetitions": reps,
+        "pinned": args.pin,
+        "stores": {},
+    }
     for name, url in stores.items():
         row: dict[str, Any] = {}
         for job_ms, processes in [(0, 1), (0, 4), (1, 1), (1, 4), (10, 1), (10, 4)]:
@@ -274,7 +310,8 @@ def main() -> None:
             for _ in range(reps):
                 # Interleaved, so that the machine's load falls on all alike.
                 rate = {
-                    v: throughput(url, v, processes, count, job_ms) for v in variants
+                    v: throughput(url, v, processes, count, job_ms, pin=args.pin)
+                    for v in variants
                 }
                 for v in variants:
                     rates[v].append(rate[v])
@@ -287,12 +324,13 @@ def main() -> None:
                 cells[f"{v} / hand-written"] = statistics.median(ratios[v])
             what = "no-op jobs" if not job_ms else f"{job_ms} ms jobs"
             row[f"{what}, {processes} processes"] = cells
-        latencies = rescue_and_cancel(url, reps)
-        row["latency s (median)"] = {
-            k: statistics.median(v) for k, v in latencies.items()
-        }
+        if not args.pin:
+            latencies = rescue_and_cancel(url, reps)
+            row["latency s (median)"] = {
+                k: statistics.median(v) for k, v in latencies.items()
+            }
         results["stores"][name] = row
-    out = HERE / "results" / "jobs.json"
+    out = HERE / "results" / ("jobs_pinned.json" if args.pin else "jobs.json")
     out.write_text(json.dumps(results, indent=2) + "\n")
     for name, row in results["stores"].items():
         print(f"## {name}")

@@ -494,3 +494,25 @@ def test_import_bench_refuses_no_repetitions() -> None:
     assert done.stderr.splitlines()[-1] == (
         "bench_import.py: error: repetitions must be >= 1, not 0"
     )
+
+
+@pytest.mark.realtime
+@pytest.mark.parametrize("pin", [False, True], ids=["free", "pinned"])
+def test_the_jobs_bench_runs_every_variant_to_the_last_job(
+    tmp_path: Path, pin: bool
+) -> None:
+    bench = load_bench("bench_jobs")
+    url = f"sqlite:///{tmp_path}/bench.db"
+    variants = ["library", "library, offload=False", "hand-written"]
+    for variant in variants:
+        rate = bench.throughput(url, variant, 2, 30, pin=pin)
+        # The rate is measured to the last of the 30 jobs, each run once.
+        assert rate > 0
+        q = bench.queries(url)
+        try:
+            assert bench.count_ended(q) == 30
+            events = q.events(None)
+        finally:
+            q.close()
+        claims = [e for e in events if e.target.value == "running"]
+        assert len(claims) == len({e.job for e in claims}) == 30

@@ -23,6 +23,8 @@ def is_text(value: str) -> bool:
     """True if both stores can hold ``value``: no NUL, no lone surrogate."""
     if "\0" in value:
         return False
+    if value.isascii():  # the common case, and no surrogate is ASCII
+        return True
     try:
         value.encode()
     except UnicodeEncodeError:

@@ -89,6 +89,8 @@ def check_json(value: object, *, what: str) -> None:
 
 def to_json(value: object, *, what: str) -> str:
     """``value`` as JSON text, after `check_json`."""
+    if value is None:  # what most job functions return
+        return "null"
     check_json(value, what=what)
     return json.dumps(value)
 

@@ -63,6 +63,15 @@ def _trace(worker_id: str, job_id: str, source: JobState, target: JobState) -> N
         )
 
 
+def _json_text(value: object) -> str:
+    """The JSON text of a job's progress or failed subtasks, most often none."""
+    if value is None:
+        return "null"
+    if value == ():
+        return "[]"
+    return json.dumps(value)
+
+
 @attrs.define(eq=False)
 class Supervisor:
     """Runs and settles the attempts of the worker ``worker_id``."""
@@ -228,8 +237,8 @@ class Supervisor:
                 JobEvent.COMPLETE,
                 "returned",
                 result=ended.value,  # JSON text, see _call
-                failed_subtasks=json.dumps(ctx.failed_subtasks),
-                progress=json.dumps(ctx.progress),
+                failed_subtasks=_json_text(ctx.failed_subtasks),
+                progress=_json_text(ctx.progress),
                 elapsed=self._elapsed(job),
             )
         elif isinstance(ended, outcome.Error) and not isinstance(
@@ -249,7 +258,7 @@ class Supervisor:
                 attempt,
                 JobEvent.REQUEUE,
                 f"handed back by worker {self.worker_id} at its shutdown",
-                progress=json.dumps(ctx.progress),
+                progress=_json_text(ctx.progress),
                 elapsed=self._elapsed(job),
             )
 
@@ -317,8 +326,8 @@ class Supervisor:
             why,
             **more,
             error=why,
-            failed_subtasks=json.dumps(ctx.failed_subtasks),
-            progress=json.dumps(ctx.progress),
+            failed_subtasks=_json_text(ctx.failed_subtasks),
+            progress=_json_text(ctx.progress),
             elapsed=self._elapsed(attempt.job),
         )
 
