@@ -14,7 +14,13 @@ import pytest
 import trio
 import trio.testing
 
-from trio_graceful.jobs import JobEvent, JobState, WorkerReplacedError, open_store
+from trio_graceful.jobs import (
+    JobEvent,
+    JobRecord,
+    JobState,
+    WorkerReplacedError,
+    open_store,
+)
 from trio_graceful.jobs._claims import Claims
 from trio_graceful.jobs._serial import SerialCalls, run_in_thread
 from trio_graceful.jobs._sqlite import SQLiteQueries
@@ -180,3 +186,70 @@ async def test_a_call_raises_what_the_function_raised() -> None:
         await SerialCalls().run(broken)
     with pytest.raises(LookupError, match=r"^no such row$"):
         await SerialCalls(offload=False).run(broken)
+
+
+async def test_every_write_returns_the_record_as_read_back(store_url: str) -> None:
+    # A write builds the record it returns from the row it locked and what it
+    # changed, instead of reading the row again: it must be the same record.
+    with open_store(store_url, offload=False) as store:
+
+        async def same(*records: JobRecord) -> None:
+            for job in records:
+                assert job == await store.get(job.id), job.state
+
+        ids = [await store.submit("k", {"n": n}, timeout=60) for n in range(6)]
+        claimed = await store.claim_many("w", limit=5, lease=30, stale_after=9)
+        await same(*claimed)
+        a, b, c, d, e = (job.id for job in claimed)
+        options: dict[str, Any] = {"worker": "w", "attempt": 1}
+        await same(
+            await store.finish(
+                a,
+                JobEvent.COMPLETE,
+                reason="returned",
+                result='{"ok": [1, 2.5]}',
+                progress='{"step": 3}',
+                failed_subtasks='["fetch"]',
+                elapsed=1,
+                **options,
+            )
+        )
+        await same(
+            await store.finish(
+                b,
+                JobEvent.FAIL,
+                reason="raised",
+                error="raised OSError()",
+                traceback="Traceback (most recent call last): ...",
+                **options,
+            )
+        )
+        await same(await store.finish(c, JobEvent.TIME_OUT, reason="late", **options))
+        await same(
+            await store.finish(
+                c, JobEvent.FINISH_TIME_OUT, reason="done", elapsed=2.25, **options
+            )
+        )
+        await same(
+            await store.finish(d, JobEvent.REQUEUE, reason="handed back", **options)
+        )
+        await same(await store.request_cancel(ids[5]))
+        await store.request_cancel(e)
+        await same(await store.finish(e, JobEvent.CANCEL, reason="asked", **options))
+        done, again = await store.finish_then_claim(
+            e,
+            JobEvent.FINISH_CANCEL,
+            reason="cancelled",
+            error="cancelled",
+            limit=2,
+            lease=30,
+            stale_after=None,
+            incarnation=None,
+            **options,
+        )
+        await same(done, *again)
+        assert [job.id for job in again] == [d]
+        await same(*await store.release_strays("w", held=[]))
+        [stray] = await store.claim_many("w", limit=1, lease=30)
+        await same(*await store.take_over("w", incarnation="new", lease=30))
+        assert (await store.get(stray.id)).state is S.QUEUED

@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from ._leases import LeaseQueries
 from ._reads import ReadQueries
 from ._records import JobRecord
@@ -200,6 +202,7 @@ class HoldingQueries(ReadQueries, LeaseQueries):
                 "ON CONFLICT (job) DO UPDATE SET traceback = excluded.traceback",
                 (job_id, traceback),
             )
+            job = attrs.evolve(job, traceback=traceback)
         return self._write(
             job, event, now=now, worker=worker, reason=reason, changes=changes
         )

@@ -11,8 +11,10 @@ log (when a job became queued), never in a new column of ``jobs`` or
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
 
 from ._records import JobRecord
 from ._states import JobState
@@ -108,3 +110,42 @@ def record(row: Sequence[Any]) -> JobRecord:
         queued_at=row[21] if JobState(row[3]) is JobState.QUEUED else None,
         traceback=row[22],
     )
+
+
+# The columns of ``jobs`` that hold seconds: read back, they are floats.
+_SECONDS: Final = frozenset(
+    {
+        "timeout",
+        "created_at",
+        "started_at",
+        "ended_at",
+        "last_heartbeat_at",
+        "cancel_requested_at",
+        "timed_out_at",
+        "elapsed",
+        "stale_after",
+    }
+)
+
+
+def updated(job: JobRecord, columns: Mapping[str, Any], *, at: float) -> JobRecord:
+    """``job`` as ``UPDATE jobs SET columns`` at ``at`` leaves it.
+
+    As `record` would read the row back, without the query: ``job`` was read
+    in the same transaction, with the row locked.
+    """
+    fields: dict[str, Any] = {}
+    for name, value in columns.items():
+        if name == "state":
+            fields["state"] = state = JobState(value)
+            # The audit row written with the change says when it was queued.
+            fields["queued_at"] = at if state is JobState.QUEUED else None
+        elif name in ("progress", "result"):
+            fields[name] = _load(value)
+        elif name == "failed_subtasks":
+            fields[name] = tuple(json.loads(value))
+        elif name in _SECONDS:
+            fields[name] = None if value is None else float(value)
+        else:
+            fields[name] = value
+    return attrs.evolve(job, **fields)

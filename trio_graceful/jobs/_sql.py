@@ -20,6 +20,7 @@ from typing import Any
 
 from ._holding import HoldingQueries
 from ._records import JobRecord
+from ._schema import updated
 from ._states import JobEvent, JobState, check_transition
 
 
@@ -109,7 +110,7 @@ class SqlQueries(HoldingQueries):
             "VALUES (?, ?, ?, ?, ?, ?)",
             (job.id, job.state.value, target.value, now, worker, reason),
         )
-        return self._get(job.id)
+        return updated(job, columns, at=now)
 
     def submit(
         self,
