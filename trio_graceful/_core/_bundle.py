@@ -435,7 +435,7 @@ class Bundle(metaclass=NoPublicConstructor):
 
     def _stop_fanout(self) -> StopFanout:
         if self._fanout is None:
-            self._fanout = StopFanout(self)
+            self._fanout = StopFanout(self.path)
         return self._fanout
 
     def _block_exited(self) -> None:

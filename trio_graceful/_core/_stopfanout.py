@@ -18,7 +18,7 @@ import trio
 
 from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_state
 from ._log import logger
-from ._paths import Place, enclosing_bundle_path, task_path
+from ._paths import enclosing_bundle_path, task_path
 from ._trace import TraceKind, emit, tracing
 
 
@@ -26,9 +26,8 @@ from ._trace import TraceKind, emit, tracing
 class StopFanout:
     """Who gets STOP when a bundle shuts down, and whether it has."""
 
-    # The bundle, whose path names it in log messages and as its inboxes'
-    # owner: read only then, as most bundles never need it.
-    _bundle: Place
+    # The bundle's path, for log messages and the inboxes' owner.
+    _path: str
 
     stopping: bool = False
     """True once `stop` has been called."""
@@ -61,7 +60,7 @@ class StopFanout:
         sender, receiver, state = open_inbox_with_state(
             max_buffer_size, stop_first=stop_first
         )
-        state.owner = self._bundle.path
+        state.owner = self._path
         self._inboxes.add(state)
         state.on_receivers_closed = self._inboxes.discard
         if self.stopping:
@@ -104,7 +103,5 @@ class StopFanout:
             callback()
         except Exception:
             logger.exception(
-                "on_stop callback %r of bundle %r raised",
-                callback,
-                self._bundle.path,
+                "on_stop callback %r of bundle %r raised", callback, self._path
             )
