@@ -108,9 +108,9 @@ async def under_the_sdks_run_sigint_is_no_clean_exit(server: ServerProcess) -> N
     with trio.move_on_after(3):
         await server.process.wait()
     # Mostly still running, its stdin thread waiting for the client; on a
-    # busy machine it is sometimes killed by the signal instead. Never a
-    # graceful exit.
-    assert server.process.returncode in (None, -signal.SIGINT)
+    # busy machine sometimes killed by the signal instead, and once seen
+    # ending with status 1. Never a graceful exit.
+    assert server.process.returncode in (None, -signal.SIGINT, 1)
 
 
 # A tool that prints and a subprocess that reads stdin: neither may touch the wire.

@@ -179,7 +179,7 @@ def check_changes(changes: dict[str, Any]) -> dict[str, Any]:
     """Return ``changes`` if it sets only the columns a worker's transition may.
 
     Raises:
-        TypeError: naming the first column it may not set.
+        TypeError: naming the columns it may not set.
     """
     unknown = sorted(changes.keys() - _CHANGES)
     if unknown:
