@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -472,6 +473,38 @@ def test_the_busy_timeout_is_how_long_a_statement_waits(tmp_path: Path) -> None:
             queries.renew_lease("w", now=0, lease=1)
         assert 0.5 <= time.monotonic() - t0 < 30
         assert store.is_outage(raised.value)
+
+
+@pytest.mark.realtime
+def test_a_statement_waits_for_the_lock_and_goes_on_once_it_is_free(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    with open_store(f"sqlite:///{path}?busy_timeout=30") as store:
+        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        other.execute("BEGIN EXCLUSIVE")
+        t0 = time.monotonic()
+        release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+        release.start()
+        try:
+            queries.renew_lease("w", now=0, lease=1)  # waits, then writes
+        finally:
+            release.join()
+            other.close()
+        assert time.monotonic() - t0 >= 0.3
+        assert queries.leases() == {"w": 1}
+
+
+def test_with_no_busy_timeout_a_locked_file_is_an_outage_at_once(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    with open_store(f"sqlite:///{path}?busy_timeout=0") as store, write_lock(path):
+        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        with pytest.raises(sqlite3.OperationalError, match="database is locked") as e:
+            queries.renew_lease("w", now=0, lease=1)
+        assert store.is_outage(e.value)
 
 
 def test_which_postgres_errors_are_outages(postgres_url: str, tmp_path: Path) -> None:

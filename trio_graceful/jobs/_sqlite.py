@@ -7,7 +7,11 @@ makes a committed transition survive a power cut.
 
 A statement waits ``busy_timeout`` seconds (30 by default) for another
 process's lock, then fails with "database is locked": an outage that the
-worker retries (`_outages`), so a worker outlasts any lock. The file's
+worker retries (`_outages`), so a worker outlasts any lock. The store waits
+for the lock itself, trying again after 50 µs, then twice as long each time
+up to 2 ms: SQLite's own busy handler sleeps 1, 2, 5 ... up to 100 ms between
+tries, so that with several workers on one file the lock would sit free
+while they sleep, and one worker could keep it while the others wait. The file's
 device and inode are noted at the opening: if the file is deleted or
 replaced, the next transaction (and `check`) raises `StoreGoneError`
 instead of writing into a file that nobody will read again.
@@ -16,6 +20,7 @@ instead of writing into a file that nobody will read again.
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +32,10 @@ from ._sql import SqlQueries, StoreError
 
 # How long opening a store waits for other processes to let go of the file.
 _OPEN_TIMEOUT: Final = 30.0
+# Seconds between two tries of a statement that found the file locked.
+_FIRST_WAIT: Final = 0.00005
+_LONGEST_WAIT: Final = 0.002
+_SQLITE_BUSY: Final = 5
 
 
 def _retry_while_locked(set_up: Callable[[], object]) -> None:
@@ -55,14 +64,13 @@ class SQLiteQueries(SqlQueries):
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
         self._path = path
+        self._busy_timeout = busy_timeout
         self._identity: tuple[int, int] | None = None
         try:
             # isolation_level=None: transactions are begun explicitly.
+            # timeout=0: SQLite's busy handler is replaced by _wait_for_lock.
             self._db = sqlite3.connect(
-                path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=busy_timeout,
+                path, isolation_level=None, check_same_thread=False, timeout=0
             )
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"store file {path!r} cannot be opened: {exc}") from None
@@ -87,7 +95,32 @@ class SQLiteQueries(SqlQueries):
         )
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._db.execute(sql, args).fetchall()
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if not self._may_wait(exc) or not self._busy_timeout:
+                raise
+        return self._wait_for_lock(sql, args)
+
+    def _may_wait(self, exc: sqlite3.OperationalError) -> bool:
+        # Inside a transaction SQLite asks for a rollback rather than a retry;
+        # in WAL mode, with the lock taken by BEGIN IMMEDIATE, it never comes.
+        return _is_busy(exc) and not self._db.in_transaction
+
+    def _wait_for_lock(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Try ``sql`` until the file is free; at the deadline, raise its error."""
+        deadline = time.monotonic() + self._busy_timeout
+        wait = _FIRST_WAIT
+        while True:
+            # Jitter, so that the workers of a host do not try in step.
+            left = max(0.0, deadline - time.monotonic())
+            time.sleep(min(left, wait * random.uniform(0.5, 1.5)))
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if not self._may_wait(exc) or time.monotonic() >= deadline:
+                    raise
+            wait = min(2 * wait, _LONGEST_WAIT)
 
     def _begin(self) -> None:
         self.check()
@@ -117,6 +150,13 @@ class SQLiteQueries(SqlQueries):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code: int | None = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == _SQLITE_BUSY
+    return str(exc).startswith("database is locked")  # Python 3.10
 
 
 def _identity(path: str) -> tuple[int, int]:
