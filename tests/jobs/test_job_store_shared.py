@@ -195,3 +195,23 @@ async def test_a_postgres_worker_hears_a_cancel_request_by_notify(
             (S.RUNNING, S.CANCELLING, "w1"),
             (S.CANCELLING, S.CANCELLED, "w1"),
         ]
+
+
+def test_a_claim_extends_the_lease_only_if_less_than_half_is_left(
+    store_url: str,
+) -> None:
+    queries = open_store(store_url)._queries  # pyright: ignore[reportPrivateUsage]
+    try:
+        for _ in range(2):
+            queries.submit("k", {}, timeout=None, max_attempts=3, now=0.0)
+        queries.renew_lease("w", now=0.0, lease=100)
+        [before] = queries.leases().values()
+        # 100 s left of a lease of 150, more than half: the row is left alone.
+        assert queries.claim("w", now=0.0, lease=150, stale_after=None) is not None
+        assert queries.leases() == {"w": before}
+        # 100 s left of a lease of 300, less than half: extended.
+        assert queries.claim("w", now=0.0, lease=300, stale_after=None) is not None
+        [after] = queries.leases().values()
+        assert after >= before + 199
+    finally:
+        queries.close()

@@ -274,7 +274,7 @@ class Bundle(metaclass=NoPublicConstructor):
         """
         grace = check_seconds("grace", grace)
         self._check_caller("shutdown")
-        self._stop_fanout().stop()
+        self._stop_fanout().stop(self.path)
         return await self._cancel(grace)
 
     def on_stop(
@@ -334,7 +334,9 @@ class Bundle(metaclass=NoPublicConstructor):
                 more, so the inbox would never get STOP.
         """
         self._phase.check_open("an inbox opened now would never get STOP")
-        return self._stop_fanout().open_inbox(max_buffer_size, stop_first=stop_first)
+        return self._stop_fanout().open_inbox(
+            max_buffer_size, stop_first=stop_first, owner=self.path
+        )
 
     def statistics(self) -> BundleStatistics:
         """Return a `BundleStatistics` snapshot. Not a checkpoint."""
@@ -435,7 +437,7 @@ class Bundle(metaclass=NoPublicConstructor):
 
     def _stop_fanout(self) -> StopFanout:
         if self._fanout is None:
-            self._fanout = StopFanout(self.path)
+            self._fanout = StopFanout()  # given the path only if it is needed
         return self._fanout
 
     def _block_exited(self) -> None:

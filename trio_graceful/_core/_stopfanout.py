@@ -26,8 +26,8 @@ from ._trace import TraceKind, emit, tracing
 class StopFanout:
     """Who gets STOP when a bundle shuts down, and whether it has."""
 
-    # The bundle's path, for log messages and the inboxes' owner.
-    _path: str
+    # The bundle's path, for the log of a failing callback; given by stop().
+    _path: str = ""
 
     stopping: bool = False
     """True once `stop` has been called."""
@@ -48,11 +48,12 @@ class StopFanout:
         return len(self._inboxes)
 
     def open_inbox(
-        self, max_buffer_size: int | float, *, stop_first: bool
+        self, max_buffer_size: int | float, *, stop_first: bool, owner: str
     ) -> tuple[InboxSender[Any], InboxReceiver[Any]]:
         """Open an inbox that gets STOP when `stop` is called (at once if it was).
 
-        The arguments are those of `Bundle.open_inbox`.
+        The arguments are those of `Bundle.open_inbox`, and the path of the
+        bundle that owns the inbox.
         """
         sender: InboxSender[Any]
         receiver: InboxReceiver[Any]
@@ -60,7 +61,7 @@ class StopFanout:
         sender, receiver, state = open_inbox_with_state(
             max_buffer_size, stop_first=stop_first
         )
-        state.owner = self._path
+        state.owner = owner
         self._inboxes.add(state)
         state.on_receivers_closed = self._inboxes.discard
         if self.stopping:
@@ -82,11 +83,12 @@ class StopFanout:
         finally:
             del self._callbacks[key]
 
-    def stop(self) -> None:
-        """Send STOP to every inbox and callback, once."""
+    def stop(self, path: str) -> None:
+        """Send STOP to every inbox and callback, once; ``path`` is the bundle's."""
         if self.stopping:
             return
         self.stopping = True
+        self._path = path
         for state in list(self._inboxes):
             state.stop()
         for task, callback in list(self._callbacks.values()):

@@ -67,11 +67,12 @@ class HoldingQueries(ReadQueries, LeaseQueries):
     ) -> list[JobRecord]:
         """Claim up to ``limit`` of the oldest queued jobs of ``kinds`` (None: any).
 
-        All in one transaction, which renews the worker's lease first.
+        All in one transaction, which renews the worker's lease first (if
+        less than half of it is left: see `_renew_for_claims`).
         """
         with self._transaction():
             now = self._now(now)
-            self._renew(worker, now + lease, incarnation=incarnation)
+            self._renew_for_claims(worker, now, lease, incarnation)
             return self._claim(worker, now, stale_after, kinds, limit)
 
     def finish(
@@ -118,11 +119,21 @@ class HoldingQueries(ReadQueries, LeaseQueries):
         """
         with self._transaction():
             now = self._now(now)
-            self._renew(worker, now + lease, incarnation=incarnation)
+            self._renew_for_claims(worker, now, lease, incarnation)
             job = self._finish(
                 job_id, event, worker, attempt, now, reason, changes, traceback
             )
             return job, self._claim(worker, now, stale_after, kinds, limit)
+
+    def _renew_for_claims(
+        self, worker: str, now: float, lease: float, incarnation: str | None
+    ) -> None:
+        # The worker renews its lease every third of it: a claim extends a
+        # lease only if that fell behind (after an outage, say), and
+        # otherwise leaves the row, and its page on disk, untouched.
+        self._renew(
+            worker, now + lease, incarnation=incarnation, unless_after=now + lease / 2
+        )
 
     def save_progress(
         self,

@@ -75,10 +75,13 @@ class LeaseQueries(abc.ABC):
         *,
         incarnation: str | None,
         take_over: bool = False,
+        unless_after: float | None = None,
     ) -> str | None:
         """Extend the lease; return the incarnation that held it before.
 
         ``incarnation=None`` renews whoever holds the row (tests and tools).
+        A lease that ends after ``unless_after`` is left as it is: nothing is
+        written for it (the incarnation is checked all the same).
         """
         rows = self._execute(
             f"SELECT incarnation FROM job_incarnations WHERE id = ?{self.lock_row}",
@@ -94,8 +97,9 @@ class LeaseQueries(abc.ABC):
             )
         self._execute(
             "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at",
-            (worker, expires_at),
+            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at "
+            "WHERE job_workers.expires_at <= ?",
+            (worker, expires_at, expires_at if unless_after is None else unless_after),
         )
         if incarnation != before:
             self._execute(

@@ -53,7 +53,7 @@ class JobState(enum.Enum):
     @property
     def terminal(self) -> bool:
         """True for a state that nothing leaves."""
-        return not any(source is self for source, _ in TRANSITIONS)
+        return self not in _LEFT
 
 
 class JobEvent(enum.Enum):
@@ -86,6 +86,9 @@ TRANSITIONS: Final[Mapping[tuple[JobState, JobEvent], JobState]] = MappingProxyT
     }
 )
 """Every legal transition: ``(state, event) -> next state``."""
+
+# The states some transition leaves, read off the table once.
+_LEFT: Final = frozenset(source for source, _ in TRANSITIONS)
 
 INITIAL_STATE: Final = JobState.QUEUED
 
