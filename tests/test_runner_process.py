@@ -142,12 +142,12 @@ def emergency_report(tmp_path: Path, env: dict[str, str]) -> list[str]:
 
 def test_the_emergency_report_shows_the_programs_frames(tmp_path):
     lines = emergency_report(tmp_path, {})
-    stuck = lines.index("  stuck")
+    stuck = lines.index("    stuck")
     # The bundle's wrapper, the program's function, then trio's sleep.
     assert lines[stuck + 1 : stuck + 4] == [
-        "      (1 frame in trio, trio_graceful)",
-        f"      {tmp_path / 'program.py'}:8 in stuck",
-        "      (1 frame in trio, trio_graceful)",
+        "        (1 frame in trio, trio_graceful)",
+        f"        {tmp_path / 'program.py'}:8 in stuck",
+        "        (1 frame in trio, trio_graceful)",
     ]
     # The Trio thread's stack ends in the program's own call of run().
     assert lines[-2:] == [
@@ -160,8 +160,8 @@ def test_the_emergency_report_shows_the_programs_frames(tmp_path):
 
 def test_the_emergency_report_shows_the_internals_when_asked(tmp_path):
     lines = emergency_report(tmp_path, {"TRIO_GRACEFUL_SHOW_INTERNALS": "1"})
-    stuck = lines.index("  stuck")
+    stuck = lines.index("    stuck")
     assert lines[stuck + 1].endswith(" in _run_child")
-    assert lines[stuck + 2] == f"      {tmp_path / 'program.py'}:8 in stuck"
+    assert lines[stuck + 2] == f"        {tmp_path / 'program.py'}:8 in stuck"
     assert lines[stuck + 3].endswith("trio/_timeouts.py:71 in sleep_forever")
     assert not [line for line in lines if "in trio, trio_graceful)" in line]

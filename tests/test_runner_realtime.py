@@ -88,7 +88,7 @@ def test_a_hard_cancel_that_does_not_unwind_ends_after_the_budget(tmp_path):
         "and the unwind budget of 0.4 s\n"
         "tasks still running:\n"
     )
-    assert "\n  stuck\n" in stderr
+    assert "\n    stuck\n" in stderr
     assert "Traceback" not in stderr
 
 

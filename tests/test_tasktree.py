@@ -49,9 +49,13 @@ async def test_every_task_with_where_it_waits():
     parked = lines.index("  parked")
     assert lines[parked + 1] == "      " + frame_line(parked_forever, 1)
     assert lines[parked + 2].endswith("trio/_timeouts.py:71 in sleep_forever")
-    # A bundle's children hang from the task that opened it, as a nursery's do.
-    waiter = lines.index("  waiter")
-    assert "      " + frame_line(waits_on_an_event, 1) in lines[waiter + 1 : waiter + 4]
+    # A bundle's children hang from the small task that hosts its nursery.
+    host = lines.index("  <host of bundle 'workers'>")
+    waiter = lines.index("    waiter")
+    assert waiter > host
+    assert (
+        "        " + frame_line(waits_on_an_event, 1) in lines[waiter + 1 : waiter + 4]
+    )
     # The scheduler's own frames are left out.
     assert "/trio/_core/" not in text
 

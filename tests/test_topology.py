@@ -1,4 +1,4 @@
-"""A bundle's nursery on its own: children that can be cancelled without the body."""
+"""The two-level nursery on its own: a body and children that act as one nursery."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_graceful._core._topology import ChildEvents, open_bundle_nursery
+from trio_graceful._core._topology import ChildEvents, open_two_level
 
 from .helpers import capture, shape
 
@@ -14,26 +14,26 @@ from .helpers import capture, shape
 async def test_children_can_be_cancelled_without_the_body(autojump_clock):
     body_ran_on: list[float] = []
     t0 = trio.current_time()
-    async with open_bundle_nursery() as levels:
+    async with open_two_level() as levels:
         levels.start_soon(trio.sleep_forever, (), "child")
         levels.set_children_deadline(t0 + 2)
         await trio.sleep(5)
         body_ran_on.append(trio.current_time() - t0)
         assert levels.live == 0
         assert levels.children_cancel_called
-        # the nursery stays open for late starters
+        # the children's nursery stays open for late starters
         levels.start_soon(trio.sleep, (1,), "late")
     assert body_ran_on == [5]
 
 
 async def test_the_outer_scope_cancels_body_and_children(autojump_clock):
     with trio.CancelScope() as outer:
-        async with open_bundle_nursery() as levels:
+        async with open_two_level() as levels:
             levels.start_soon(trio.sleep_forever, (), "child")
             await trio.testing.wait_all_tasks_blocked()
-            levels.nursery.cancel_scope.cancel()
+            levels.outer.cancel_scope.cancel()
             await trio.sleep_forever()
-    assert not outer.cancelled_caught  # caught by the nursery's own scope
+    assert not outer.cancelled_caught  # caught by the levels' own scope
     assert levels.live == 0
 
 
@@ -43,7 +43,7 @@ async def _failing_child(open_thing):
         raise ValueError("boom")
 
     async with open_thing() as n:
-        if hasattr(n, "live"):
+        if hasattr(n, "inner"):
             n.start_soon(boom, (), "boom")
             n.start_soon(trio.sleep_forever, (), "sleeper")
         else:
@@ -52,11 +52,11 @@ async def _failing_child(open_thing):
         await trio.sleep_forever()
 
 
-async def test_a_failing_child_ends_body_and_siblings_as_in_a_nursery(autojump_clock):
+async def test_a_failing_child_ends_both_levels_as_a_nursery_would(autojump_clock):
     t0 = trio.current_time()
     expected = await capture(lambda: _failing_child(trio.open_nursery))
     t1 = trio.current_time()
-    got = await capture(lambda: _failing_child(open_bundle_nursery))
+    got = await capture(lambda: _failing_child(open_two_level))
     assert shape(got) == shape(expected)
     assert trio.current_time() - t1 == t1 - t0 == 1
 
@@ -72,7 +72,7 @@ async def test_events_tell_each_start_and_end(autojump_clock):
     async def never_ready(*, task_status=trio.TASK_STATUS_IGNORED):
         raise KeyError("before ready")
 
-    async with open_bundle_nursery() as levels:
+    async with open_two_level() as levels:
         levels.events = ChildEvents(
             started=lambda task: seen.append(("started", task.name)),
             ready=lambda task: seen.append(("ready", task.name)),
@@ -96,7 +96,7 @@ async def test_wrong_arguments_raise_before_anything_starts(autojump_clock):
     async def takes_one(x: int) -> None:
         await trio.sleep(x)
 
-    async with open_bundle_nursery() as levels:
+    async with open_two_level() as levels:
         with pytest.raises(TypeError, match="missing 1 required positional"):
             levels.start_soon(takes_one, (), "child")
         with pytest.raises(TypeError, match="returned 5 instead of a coroutine"):
@@ -114,7 +114,7 @@ async def test_late_children_start_cancelled_or_with_the_deadline(autojump_clock
         finally:
             ended.append((name, trio.current_time() - t0))
 
-    async with open_bundle_nursery() as levels:
+    async with open_two_level() as levels:
         levels.set_children_deadline(t0 + 3)
         levels.start_soon(child, ("before",), "before")
         await trio.sleep(1)
@@ -138,23 +138,9 @@ async def test_a_child_cancelled_before_it_is_ready_fails_its_start(autojump_clo
         await trio.sleep(10)
         task_status.started()
 
-    async with open_bundle_nursery() as levels:
+    async with open_two_level() as levels:
         levels.owner = "bundle 'b'"
         levels.set_children_deadline(trio.current_time() + 1)
         with pytest.raises(RuntimeError, match="bundle 'b' was hard-cancelled before"):
             await levels.start(slow_start, (), "slow")
         assert levels.live == 0
-
-
-async def test_entering_is_not_a_checkpoint():
-    others_ran: list[bool] = []
-    async with trio.open_nursery() as nursery:
-
-        async def other() -> None:
-            others_ran.append(True)
-
-        nursery.start_soon(other)
-        async with open_bundle_nursery():
-            # no other task ran: entering was not even a schedule point
-            assert others_ran == []
-    assert others_ran == [True]

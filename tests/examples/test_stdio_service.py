@@ -367,7 +367,7 @@ async def test_task_stuck_in_a_shield_ends_in_an_emergency_exit(tmp_path):
         ) in text
         # Which task was stuck, and where.
         lines = text.split("tasks still running:\n", 1)[1].splitlines()
-        at = lines.index("  hang")
+        at = lines.index("    hang")
         assert lines[at + 2].endswith(f"{EXAMPLE}:{hang_line()} in hang")
         return elapsed
 
@@ -398,7 +398,7 @@ async def test_third_sigint_exits_even_when_trio_is_blocked(tmp_path):
         ) in text
         # The stacks show where the Trio thread is stuck.
         assert f'File "{EXAMPLE}", line {freeze_line()} in dispatch' in text
-        assert "  serve  (running now)\n" in text
+        assert "    serve  (running now)\n" in text
         # Nothing could run, so the state was not saved.
         assert not service.state.exists()
         return elapsed

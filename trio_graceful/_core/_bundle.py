@@ -32,7 +32,7 @@ from ._phase import BundlePhase, PhaseRecord
 from ._report import BundleStatistics, CancelReport
 from ._startable import check_startable
 from ._stopfanout import StopFanout
-from ._topology import BundleNursery
+from ._topology import TwoLevelNursery
 from ._trace import TraceKind, emit, tracing
 from ._util import NoPublicConstructor, check_seconds
 
@@ -63,7 +63,7 @@ class Bundle(metaclass=NoPublicConstructor):
     """
 
     _name: str
-    _nursery: BundleNursery
+    _levels: TwoLevelNursery
     _token: trio.lowlevel.TrioToken
     # The bundle around the one that opened this, when it opened.
     _parent: Place | None
@@ -79,7 +79,7 @@ class Bundle(metaclass=NoPublicConstructor):
     def __repr__(self) -> str:
         return (
             f"<trio_graceful.Bundle {self._name!r} {self._phase.phase.value}, "
-            f"{self._nursery.live} children at {id(self):#x}>"
+            f"{self._levels.live} children at {id(self):#x}>"
         )
 
     # -- the trio.Nursery surface -------------------------------------------
@@ -108,17 +108,17 @@ class Bundle(metaclass=NoPublicConstructor):
 
         Cancelling it hard-cancels everything at once, body included.
         """
-        return self._nursery.nursery.cancel_scope
+        return self._levels.outer.cancel_scope
 
     @property
     def child_tasks(self) -> frozenset[trio.lowlevel.Task]:
         """The children still running, as `trio.Nursery.child_tasks`."""
-        return self._nursery.nursery.child_tasks
+        return self._levels.inner.child_tasks
 
     @property
     def parent_task(self) -> trio.lowlevel.Task:
         """The task that opened the bundle, as `trio.Nursery.parent_task`."""
-        return self._nursery.nursery.parent_task
+        return self._levels.outer.parent_task
 
     def as_nursery(self) -> trio.Nursery:
         """Return this bundle, typed as a `trio.Nursery` for type checkers.
@@ -168,7 +168,7 @@ class Bundle(metaclass=NoPublicConstructor):
             self._phase.check_open()
         if tracing.active:
             self.watch_children()
-        self._nursery.start_soon(async_fn, args, async_fn if name is None else name)
+        self._levels.start_soon(async_fn, args, async_fn if name is None else name)
 
     async def start(
         self,
@@ -195,7 +195,7 @@ class Bundle(metaclass=NoPublicConstructor):
         check_startable(async_fn)
         if tracing.active:
             self.watch_children()
-        return await self._nursery.start(
+        return await self._levels.start(
             async_fn, args, async_fn if name is None else name
         )
 
@@ -309,9 +309,9 @@ class Bundle(metaclass=NoPublicConstructor):
         Children still starting under `start` count too. Like ``task in
         bundle.child_tasks`` without copying the set. Not a checkpoint.
         """
-        nursery = self._nursery.nursery
+        inner = self._levels.inner
         return isinstance(task, trio.lowlevel.Task) and (
-            task.parent_nursery is nursery or task.eventual_parent_nursery is nursery
+            task.parent_nursery is inner or task.eventual_parent_nursery is inner
         )
 
     def open_inbox(
@@ -341,7 +341,7 @@ class Bundle(metaclass=NoPublicConstructor):
     def statistics(self) -> BundleStatistics:
         """Return a `BundleStatistics` snapshot. Not a checkpoint."""
         return BundleStatistics(
-            children_running=self._nursery.live,
+            children_running=self._levels.live,
             cancelling=self._phase.phase is BundlePhase.CANCELLING,
             closed=self._phase.phase is BundlePhase.CLOSED,
             hard_deadline=self.hard_deadline,
@@ -391,17 +391,17 @@ class Bundle(metaclass=NoPublicConstructor):
         watch = self._watch
         if watch is None:
             watch = self._watch = ChildWatch(
-                self, self._nursery, on_finished=self._cancel_finished
+                self, self._levels, on_finished=self._cancel_finished
             )
-        if self._nursery.events is None:
-            self._nursery.events = watch.events()
+        if self._levels.events is None:
+            self._levels.events = watch.events()
         return watch
 
     # -- internals --------------------------------------------------------------
 
     def _check_caller(self, method: str) -> None:
         check_waiter(
-            method, self._name, self._token, self._nursery.nursery, self.parent_task
+            method, self._name, self._token, self._levels.inner, self.parent_task
         )
 
     async def _cancel(self, grace: float) -> CancelReport:
@@ -409,7 +409,7 @@ class Bundle(metaclass=NoPublicConstructor):
         cancellation = self._cancellation
         if cancellation is None:
             cancellation = self._cancellation = Cancellation(
-                self._nursery, self._name, self.path, started_at=now
+                self._levels, self._name, self.path, started_at=now
             )
             if self._phase.phase is BundlePhase.OPEN:
                 self._phase.move_to(BundlePhase.CANCELLING)
@@ -431,7 +431,7 @@ class Bundle(metaclass=NoPublicConstructor):
         self._phase.close("cancel() has finished")
 
     def _opened(self) -> None:
-        register(self, self.parent_task, self._nursery.nursery)
+        register(self, self.parent_task, self._levels.inner)
         if tracing.active:
             emit(TraceKind.BUNDLE_OPENED, self.path)
 
@@ -442,9 +442,9 @@ class Bundle(metaclass=NoPublicConstructor):
 
     def _block_exited(self) -> None:
         # Every child has ended: nothing more to watch (and no cycle to keep).
-        self._nursery.events = None
+        self._levels.events = None
         self._watch = None
         self._phase.close("its block has exited")
-        unregister(self, self.parent_task, self._nursery.nursery)
+        unregister(self, self.parent_task, self._levels.inner)
         if tracing.active:
             emit(TraceKind.BUNDLE_CLOSED, self.path)

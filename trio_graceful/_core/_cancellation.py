@@ -28,7 +28,7 @@ import trio
 
 from ._log import logger
 from ._report import CancelReport, ChildEnd, ChildOutcome
-from ._topology import BundleNursery, is_cancellation
+from ._topology import TwoLevelNursery, is_cancellation
 from ._trace import TraceKind, emit, tracing
 
 # How often a long cancellation logs that it is still waiting, in seconds.
@@ -75,8 +75,8 @@ def log_as_news(depth: int) -> None:
     _news_depth.set(depth)
 
 
-def outcome_of(exc: BaseException | None, nursery: BundleNursery) -> ChildOutcome:
-    """How the calling child task of ``nursery`` ended, returning or raising ``exc``.
+def outcome_of(exc: BaseException | None, levels: TwoLevelNursery) -> ChildOutcome:
+    """How the calling child task of ``levels`` ended, returning or raising ``exc``.
 
     A child that returned while a hard cancel of it was in effect swallowed
     the `trio.Cancelled` it was given: it counts as hard-cancelled.
@@ -85,7 +85,7 @@ def outcome_of(exc: BaseException | None, nursery: BundleNursery) -> ChildOutcom
         return ChildOutcome.CANCELLED if is_cancellation(exc) else ChildOutcome.RAISED
     # Walking the cancel scopes is the costly part: only when one was cancelled.
     if (
-        nursery.children_cancel_called or nursery.nursery.cancel_scope.cancel_called
+        levels.children_cancel_called or levels.outer.cancel_scope.cancel_called
     ) and trio.current_effective_deadline() == -math.inf:
         return ChildOutcome.CANCELLED
     return ChildOutcome.FINISHED
@@ -95,7 +95,7 @@ def outcome_of(exc: BaseException | None, nursery: BundleNursery) -> ChildOutcom
 class Cancellation:
     """The record of a bundle's cancellation; see the module docstring."""
 
-    _nursery: BundleNursery
+    _levels: TwoLevelNursery
     _name: str
     _path: str
     started_at: float
@@ -116,14 +116,14 @@ class Cancellation:
         """Make ``deadline`` the hard deadline if it is earlier than the current one."""
         if deadline < self.deadline:
             self.deadline = deadline
-            self._nursery.set_children_deadline(deadline)
+            self._levels.set_children_deadline(deadline)
             if self._driver is not None:
                 self._driver.deadline = min(self._driver.deadline, deadline)
 
     def hard_cancel(self, reason: str) -> None:
         """Hard-cancel the children now."""
         self._note_hard_cancel(trio.current_time(), reason)
-        self._nursery.cancel_children(reason)
+        self._levels.cancel_children(reason)
 
     def _note_hard_cancel(self, at: float, reason: str) -> None:
         if self.hard_cancelled_at is not None:
@@ -143,8 +143,8 @@ class Cancellation:
         # A child's end tells that a hard cancel happened, if nobody said so.
         if outcome is ChildOutcome.RAISED:
             self._note_hard_cancel(trio.current_time(), f"a child raised {exc!r}")
-        elif self._nursery.children_cancel_called and (
-            trio.current_time() >= self.deadline
+        elif (
+            self._levels.children_cancel_called and trio.current_time() >= self.deadline
         ):
             self._note_hard_cancel(self.deadline, "the grace period ran out")
         else:
@@ -193,7 +193,7 @@ class Cancellation:
         """Write the report if no child is left; tell whether it is written."""
         if self.report is not None:
             return True
-        if self._nursery.live:
+        if self._levels.live:
             return False
         self.report = CancelReport(
             bundle=self._name,
@@ -271,7 +271,7 @@ class Cancellation:
             self._driver = None
 
     def _log_progress(self, level: int, now: float) -> None:
-        live = self._nursery.live
+        live = self._levels.live
         left = self.deadline - now
         logger.log(
             level,

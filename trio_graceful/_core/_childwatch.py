@@ -1,6 +1,6 @@
 """What a bundle hears of its children as they start and end.
 
-The bundle's nursery (``_topology``) tells their owner of each child's start, of
+The two levels (``_topology``) tell their owner of each child's start, of
 its readiness under `Bundle.start` and of its end, but only while someone
 listens: a trace hook, a cancellation, or a child that left a note. A
 `ChildWatch` is that listener for one bundle: it traces the starts and the
@@ -24,7 +24,7 @@ import trio
 from ._cancellation import Cancellation, outcome_of
 from ._paths import Place, TaskNames, task_path
 from ._report import ChildOutcome
-from ._topology import BundleNursery, ChildEvents
+from ._topology import ChildEvents, TwoLevelNursery
 from ._trace import TraceKind, emit, tracing
 
 
@@ -66,7 +66,7 @@ class ChildWatch:
 
     Args:
         bundle: The bundle, for the paths of the trace events.
-        nursery: Its nursery, which tells how a child ended.
+        levels: Its two levels, which tell how a child ended.
         on_finished: Called when a child's end finishes the cancellation
             that the watch follows (see `follow`).
     """
@@ -74,21 +74,21 @@ class ChildWatch:
     __slots__ = (
         "_bundle",
         "_cancellation",
+        "_levels",
         "_names",
         "_notes",
-        "_nursery",
         "_on_finished",
     )
 
     def __init__(
         self,
         bundle: Place,
-        nursery: BundleNursery,
+        levels: TwoLevelNursery,
         *,
         on_finished: Callable[[], object],
     ) -> None:
         self._bundle = bundle
-        self._nursery = nursery
+        self._levels = levels
         self._on_finished = on_finished
         self._notes: ChildNotes | None = None
         # The names of the children in paths, from the first path asked for.
@@ -105,7 +105,7 @@ class ChildWatch:
         self._cancellation = cancellation
 
     def events(self) -> ChildEvents:
-        """The callbacks to give the bundle's nursery."""
+        """The callbacks to give the two levels."""
         return ChildEvents(
             self._started, self._started, self._ended, self._start_failed
         )
@@ -122,14 +122,13 @@ class ChildWatch:
         The first call names the children already running, in the order they
         started; from then on each child is named as it starts.
         """
-        nursery = self._nursery.nursery
         names = self._names
         if names is None:
-            names = self._names = TaskNames.of_running(nursery.child_tasks)
+            names = self._names = TaskNames.of_running(self._levels.inner.child_tasks)
+        inner = self._levels.inner
         return names.name(
             task,
-            child=task.parent_nursery is nursery
-            or task.eventual_parent_nursery is nursery,
+            child=task.parent_nursery is inner or task.eventual_parent_nursery is inner,
         )
 
     def _started(self, task: trio.lowlevel.Task) -> None:
@@ -146,7 +145,7 @@ class ChildWatch:
         if cancellation is None and not tracing.active:
             self._forget(task)
             return
-        outcome = outcome_of(exc, self._nursery)
+        outcome = outcome_of(exc, self._levels)
         if tracing.active:
             bundle = self._bundle
             emit(

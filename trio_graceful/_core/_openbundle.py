@@ -1,10 +1,10 @@
 """`open_bundle` and `current_bundle`: a bundle's ``async with`` block, and finding it.
 
-The context manager opens the bundle's nursery (``_topology``), makes the
-`Bundle` around it and registers it in its run (``_paths``); leaving the block waits
+The context manager opens the two levels (``_topology``), makes the `Bundle`
+around them and registers it in its run (``_paths``); leaving the block waits
 for the children as a nursery does, then closes the bundle. Both halves are
 protected from KeyboardInterrupt, as a nursery's are, so that an interrupt is
-raised in the body rather than between them. `current_bundle` finds
+raised in the body rather than between the levels. `current_bundle` finds
 the bundle around the calling task in the same registry.
 """
 
@@ -18,7 +18,7 @@ import trio
 from ._bundle import Bundle
 from ._paths import enclosing_bundle
 from ._phase import PhaseRecord
-from ._topology import open_bundle_nursery
+from ._topology import open_two_level
 from ._util import check_name
 
 
@@ -26,22 +26,22 @@ from ._util import check_name
 class _BundleManager:
     """The async context manager returned by `open_bundle`."""
 
-    __slots__ = ("_bundle", "_name", "_nursery")
+    __slots__ = ("_bundle", "_levels", "_name")
 
     def __init__(self, name: str | None) -> None:
         self._name = name
-        self._nursery = open_bundle_nursery()
+        self._levels = open_two_level()
         self._bundle: Bundle | None = None
 
     @trio.lowlevel.enable_ki_protection
     async def __aenter__(self) -> Bundle:
         task = trio.lowlevel.current_task()
         name = self._name if self._name is not None else f"bundle in {task.name}"
-        self._nursery.owner = f"bundle {name!r}"
-        nursery = await self._nursery.__aenter__()
+        self._levels.owner = f"bundle {name!r}"
+        levels = await self._levels.__aenter__()
         bundle = self._bundle = Bundle._create(  # pyright: ignore[reportPrivateUsage]
             name,
-            nursery,
+            levels,
             trio.lowlevel.current_trio_token(),
             enclosing_bundle(task),
             PhaseRecord(name),
@@ -58,7 +58,7 @@ class _BundleManager:
     ) -> bool | None:
         assert self._bundle is not None
         try:
-            return await self._nursery.__aexit__(etype, exc, tb)
+            return await self._levels.__aexit__(etype, exc, tb)
         finally:
             self._bundle._block_exited()  # pyright: ignore[reportPrivateUsage]
 
@@ -72,8 +72,9 @@ def open_bundle(*, name: str | None = None) -> _BundleManager:
     to send `STOP` first). Leaving the block waits for the children, exactly
     like a nursery.
 
-    Entering the block is not a checkpoint; leaving it is one, as for a
-    nursery.
+    Entering the block is a schedule point but not a cancel point (the
+    children's nursery is opened by a helper task); leaving it is a
+    checkpoint, as for a nursery.
 
     Args:
         name (str or None): A name for reports, traces and task names;

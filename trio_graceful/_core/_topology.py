@@ -1,29 +1,28 @@
-"""The shape of a bundle: one nursery, each child under a cancel scope of its own.
+"""The shape of a bundle: a body and its children in two nurseries, errors as one.
 
-``async with open_bundle_nursery() as levels: BODY`` opens a plain Trio
-nursery: the body runs in the task that opened it, the children in the
-nursery, each inside a cancel scope made for it as it starts::
+``async with open_two_level() as levels: BODY`` builds::
 
-    nursery (levels.nursery.cancel_scope)   <- the body runs here
-    ├── child (its own scope)               <- cancel_children() and
-    └── child (its own scope)                  set_children_deadline() reach these
+    outer nursery (levels.outer.cancel_scope)   <- the body runs here
+    └── host task
+        └── inner nursery (levels.children_scope) <- every child runs here
 
-so that the children can be hard-cancelled (or given a deadline) without
-the body, while everything else is a plain nursery's: cancelling the
-nursery's scope cancels body and children, a child that raises cancels its
+so that the children can be cancelled (or given a deadline) without the
+body, while everything else behaves like one plain nursery: cancelling the
+outer scope cancels body and children, a child that raises cancels its
 siblings and the body at once, and the exception group that leaves the block
-is the nursery's own. A child that starts after a hard cancel starts
-cancelled, and one that starts after a deadline was set gets it.
+has the shape, and the order, that a plain nursery's would have.
 
 This module knows nothing of grace periods, STOP or reports: it runs
 children, counts them, and tells its owner (if asked) when each starts and ends.
-Children started with `BundleNursery.start` keep their scope from their
-first step, while they still run under their caller, to their end.
+Children started with `TwoLevelNursery.start` are still under their caller
+until they call ``task_status.started()``; each gets a cancel scope of its
+own meanwhile, so that `TwoLevelNursery.cancel_children` and
+`TwoLevelNursery.set_children_deadline` reach them too.
 """
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType, FunctionType, TracebackType
 from typing import TYPE_CHECKING, Any, cast, final
@@ -34,13 +33,16 @@ import trio
 from ._startable import as_coroutine, coroutine_of
 from ._util import ForwardingTaskStatus, as_group, first_leaf
 
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 
 @attrs.frozen
 class ChildEvents:
-    """What a `BundleNursery` tells its owner about its children, when asked to."""
+    """What a `TwoLevelNursery` tells its owner about its children, when asked to."""
 
     started: Callable[[trio.lowlevel.Task], object]
     """A child started with ``start_soon()`` runs for the first time."""
@@ -63,42 +65,78 @@ def is_cancellation(exc: BaseException) -> bool:
     return group is not None and group.split(trio.Cancelled)[1] is None
 
 
+def _park_forbids_abort(_: object) -> trio.lowlevel.Abort:
+    # Like Trio's nursery waiting for its children: only a reschedule ends
+    # the wait. A KeyboardInterrupt stays pending until the next checkpoint.
+    return trio.lowlevel.Abort.FAILED
+
+
 @final
-class BundleNursery:
-    """The nursery of one bundle (see the module docstring); `open_bundle_nursery`."""
+class TwoLevelNursery:
+    """The nurseries of one bundle; see the module docstring. Use `open_two_level`."""
 
     __slots__ = (
-        "_cancel_reason",
-        "_child_scopes",
-        "_deadline",
+        "_body_ended",
+        "_children_error",
+        "_early_errors",
+        "_host",
         "_manager",
+        "_opener",
+        "_start_scopes",
         "events",
+        "inner",
         "live",
-        "nursery",
+        "outer",
         "owner",
     )
 
     def __init__(self) -> None:
         self._manager = trio.open_nursery()
-        self.nursery: trio.Nursery
-        # The scope of every child not ended yet, those still starting included.
-        self._child_scopes: set[trio.CancelScope] = set()
-        # Set once by cancel_children(): every later child starts cancelled.
-        self._cancel_reason: str | None = None
-        self._deadline = math.inf
+        self.outer: trio.Nursery
+        self.inner: trio.Nursery
+        self._opener: trio.lowlevel.Task | None = None
+        self._host: trio.lowlevel.Task | None = None
+        self._body_ended = False
+        # What the host task raised: the children's group, spliced into the
+        # outer group by __aexit__.
+        self._children_error: BaseException | None = None
+        # Errors of children that failed while the body still ran: a plain
+        # nursery lists them before the body's own error.
+        self._early_errors: list[BaseException] = []
+        # Cancel scopes of children still starting under start().
+        self._start_scopes: set[trio.CancelScope] = set()
         #: Children started and not ended yet, those still starting included.
         self.live = 0
         #: Told about every child's start and end while set.
         self.events: ChildEvents | None = None
-        #: What to call the bundle in error messages.
+        #: What to call these nurseries in error messages.
         self.owner = "the bundle"
 
     # -- the block ----------------------------------------------------------
 
     @trio.lowlevel.enable_ki_protection
     async def __aenter__(self) -> Self:
-        self.nursery = await self._manager.__aenter__()
+        self.outer = await self._manager.__aenter__()
+        self._opener = trio.lowlevel.current_task()
+        self.outer.start_soon(self._run_host, name=f"<host of {self.owner}>")
+        # Entering must not be a cancel point, as for a nursery: wait for the
+        # host (it only opens a nursery) where nothing but it can wake us.
+        await trio.lowlevel.wait_task_rescheduled(_park_forbids_abort)
         return self
+
+    async def _run_host(self) -> None:
+        try:
+            async with trio.open_nursery() as inner:
+                self.inner = inner
+                self._host = trio.lowlevel.current_task()
+                assert self._opener is not None
+                trio.lowlevel.reschedule(self._opener)
+                # Only the end of the body ends the host: a hard cancel of the
+                # children leaves their nursery open for late starters.
+                await trio.lowlevel.wait_task_rescheduled(_park_forbids_abort)
+        except BaseException as exc:
+            self._children_error = exc
+            raise
 
     @trio.lowlevel.enable_ki_protection
     async def __aexit__(
@@ -107,24 +145,31 @@ class BundleNursery:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        self._body_ended = True
+        assert self._host is not None
+        trio.lowlevel.reschedule(self._host)
+        self._host = None
         try:
             return await self._manager.__aexit__(etype, exc, tb)
         except BaseException as raised:
-            # A group holding nothing but Cancelled leaves as one Cancelled, so
-            # that callers cancelled out of a bundle see a plain trio.Cancelled.
-            if as_group(raised) is None or not is_cancellation(raised):
-                raise  # kept in no local: its traceback holds this frame
-            if isinstance(exc, trio.Cancelled):
-                # Let the body's own Cancelled go on as it is: raising it here
+            replacement = self._rewrite(raised, exc)
+            if replacement is exc:
+                # Let the body's own exception go on as it is: raising it here
                 # would add this frame, which holds it, to its traceback.
                 return False
-            replacement = first_leaf(raised)
+            if replacement is raised:
+                raise
             old_context = raised.__context__
             try:
                 raise replacement
             finally:
                 replacement.__context__ = old_context
                 del replacement, raised
+        finally:
+            # The host's exception holds the host's frame, which holds self:
+            # drop it, or every bundle that raised would become a cycle.
+            self._children_error = None
+            self._early_errors.clear()
 
     # -- children ----------------------------------------------------------------
 
@@ -134,7 +179,7 @@ class BundleNursery:
         args: tuple[object, ...],
         name: object,
     ) -> None:
-        """Run ``async_fn(*args)`` as a child, under a cancel scope of its own.
+        """Run ``async_fn(*args)`` as a child in the inner nursery.
 
         The function is called here, as by `trio.Nursery.start_soon`, so that
         wrong arguments raise in the caller. Not a checkpoint.
@@ -149,7 +194,7 @@ class BundleNursery:
             )
         else:
             coro = coroutine_of(async_fn, args, "start_soon")
-        self.nursery.start_soon(self._run_child, coro, self._new_scope(), name=name)
+        self.inner.start_soon(self._run_child, coro, name=name)
         self.live += 1
 
     async def start(
@@ -158,68 +203,54 @@ class BundleNursery:
         args: tuple[object, ...],
         name: object,
     ) -> Any:
-        """Start a child with `trio.Nursery.start`. This is a checkpoint."""
+        """Start a child with `trio.Nursery.start`. This is a checkpoint.
+
+        Until it is ready, the child is under a cancel scope of its own.
+        """
         self.live += 1
-        return await self.nursery.start(
+        return await self.inner.start(
             self._run_starting_child, async_fn, args, name=name
         )
 
     @property
     def children_cancel_called(self) -> bool:
-        """Whether the children have been hard-cancelled (or their deadline passed)."""
-        return self._cancel_reason is not None or trio.current_time() >= self._deadline
+        """Whether the children's scope has been cancelled (or its deadline passed)."""
+        return self.inner.cancel_scope.cancel_called
 
     def set_children_deadline(self, deadline: float) -> None:
-        """Give every child, those started later included, the hard ``deadline``."""
-        self._deadline = deadline
-        for scope in self._child_scopes:
+        """Give every child, starting ones included, the hard ``deadline``."""
+        self.inner.cancel_scope.deadline = deadline
+        for scope in self._start_scopes:
             scope.deadline = deadline
 
     def cancel_children(self, reason: str) -> None:
-        """Hard-cancel every child, and those started later, but not the body."""
-        if self._cancel_reason is None:
-            self._cancel_reason = reason
-        for scope in self._child_scopes:
+        """Hard-cancel every child, starting ones included, but not the body."""
+        self.inner.cancel_scope.cancel(reason)
+        for scope in self._start_scopes:
             scope.cancel(reason)
 
-    def _new_scope(self) -> trio.CancelScope:
-        scope = trio.CancelScope(deadline=self._deadline)
-        if self._cancel_reason is not None:
-            scope.cancel(self._cancel_reason)
-        self._child_scopes.add(scope)
-        return scope
+    def _child_failed(self, exc: BaseException) -> None:
+        # As in a plain nursery, a failing child cancels the body too (the
+        # inner nursery already cancels the siblings).
+        if not self._body_ended:
+            self._early_errors.append(exc)
+        self.outer.cancel_scope.cancel(f"a child task raised {exc!r}")
 
-    def _child_ended(
-        self,
-        task: trio.lowlevel.Task,
-        scope: trio.CancelScope,
-        exc: BaseException | None,
-    ) -> None:
-        # Called inside the child's scope, so that its owner can tell a child
-        # that returned while hard-cancelled by the child's effective deadline.
-        self._child_scopes.discard(scope)
+    async def _run_child(self, coro: Coroutine[object, object, object]) -> None:
+        if self.events is not None:
+            self.events.started(trio.lowlevel.current_task())
+        try:
+            await coro
+        except BaseException as exc:
+            self.live -= 1
+            if not is_cancellation(exc):
+                self._child_failed(exc)
+            if self.events is not None:
+                self.events.ended(trio.lowlevel.current_task(), exc)
+            raise
         self.live -= 1
-        if exc is not None and not is_cancellation(exc):
-            # The nursery will cancel the body once the error reaches it; do it
-            # now, before anything this end wakes (a cancel() waiting for the
-            # last child, say) can run as if all were well.
-            self.nursery.cancel_scope.cancel(f"a child task raised {exc!r}")
         if self.events is not None:
-            self.events.ended(task, exc)
-
-    async def _run_child(
-        self, coro: Coroutine[object, object, object], scope: trio.CancelScope
-    ) -> None:
-        task = trio.lowlevel.current_task()
-        if self.events is not None:
-            self.events.started(task)
-        with scope:
-            try:
-                await coro
-            except BaseException as exc:
-                self._child_ended(task, scope, exc)
-                raise
-            self._child_ended(task, scope, None)
+            self.events.ended(trio.lowlevel.current_task(), None)
 
     async def _run_starting_child(
         self,
@@ -229,47 +260,119 @@ class BundleNursery:
         task_status: trio.TaskStatus[Any],
     ) -> None:
         task = trio.lowlevel.current_task()
-        scope = self._new_scope()
+        scope = trio.CancelScope(deadline=self.inner.cancel_scope.deadline)
+        if self.inner.cancel_scope.cancel_called:
+            scope.cancel(f"{self.owner} was already hard-cancelled")
         # started() may be called from another task (an asyncio loop's, say):
         # the child is this task, whoever reports it ready.
-        status = ForwardingTaskStatus(task_status, lambda: self._child_ready(task))
-        with scope:
-            try:
+        status = ForwardingTaskStatus(
+            task_status, lambda: self._child_ready(task, scope)
+        )
+        self._start_scopes.add(scope)
+        try:
+            with scope:
                 await async_fn(*args, task_status=status)
-            except BaseException as exc:
-                self._starting_child_ended(task, scope, status, exc)
-                raise
-            self._starting_child_ended(task, scope, status, None)
-        if not status.started_called and scope.cancelled_caught:
+        except BaseException as exc:
+            self._start_scopes.discard(scope)
+            self.live -= 1
+            if status.started_called:
+                if not is_cancellation(exc):
+                    self._child_failed(exc)
+                if self.events is not None:
+                    self.events.ended(task, exc)
+            elif self.events is not None:
+                self.events.start_failed(task)
+            raise
+        self._start_scopes.discard(scope)
+        self.live -= 1
+        if status.started_called:
+            if self.events is not None:
+                self.events.ended(task, None)
+            return
+        if self.events is not None:
+            self.events.start_failed(task)
+        if scope.cancelled_caught:
             raise RuntimeError(
                 f"{self.owner} was hard-cancelled before {task.name!r} "
                 f"called task_status.started()"
             )
 
-    def _starting_child_ended(
-        self,
-        task: trio.lowlevel.Task,
-        scope: trio.CancelScope,
-        status: ForwardingTaskStatus,
-        exc: BaseException | None,
-    ) -> None:
-        if status.started_called:
-            self._child_ended(task, scope, exc)
-            return
-        # It was never ours: its error, if any, goes to its starter.
-        self._child_scopes.discard(scope)
-        self.live -= 1
-        if self.events is not None:
-            self.events.start_failed(task)
-
-    def _child_ready(self, task: trio.lowlevel.Task) -> None:
+    def _child_ready(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> None:
+        # From here on the child is under the inner nursery's scope.
+        self._start_scopes.discard(scope)
         if self.events is not None:
             self.events.ready(task)
 
+    # -- the error that leaves the block -----------------------------------------
 
-def open_bundle_nursery() -> BundleNursery:
-    """Return the async context manager of a new `BundleNursery`.
+    def _rewrite(
+        self, raised: BaseException, body_exc: BaseException | None
+    ) -> BaseException:
+        """Give the error leaving the block the shape a plain nursery's has.
 
-    Entering is not a checkpoint; leaving is one, as for a nursery.
+        The children's exceptions arrive as one group from the host task;
+        they are spliced into the outer group, in the order a plain nursery
+        would have collected them (children that failed while the body ran,
+        the body's error, the rest). A group holding nothing but Cancelled
+        becomes a single Cancelled, so that callers cancelled out of a
+        bundle see a plain `trio.Cancelled`.
+        """
+        outer = as_group(raised)
+        if outer is None:
+            return raised
+        flat = outer
+        inner = as_group(self._children_error)
+        if inner is not None:
+            flat = self._splice(outer, inner, body_exc)
+        if is_cancellation(flat):
+            if isinstance(body_exc, trio.Cancelled):
+                return body_exc
+            return first_leaf(flat)
+        return flat
+
+    def _splice(
+        self,
+        outer: BaseExceptionGroup[BaseException],
+        inner: BaseExceptionGroup[BaseException],
+        body_exc: BaseException | None,
+    ) -> BaseExceptionGroup[BaseException]:
+        # The outer cancel scope may have rebuilt the host's group while
+        # stripping Cancelled, so recognise it by its leaves, never copied.
+        inner_leaves = _leaf_ids(inner)
+        early = {id(e) for e in self._early_errors}
+        before: list[BaseException] = []
+        after: list[BaseException] = []
+        for e in outer.exceptions:
+            group = as_group(e)
+            if group is not None and _leaf_ids(group) <= inner_leaves:
+                for child_exc in group.exceptions:
+                    (before if id(child_exc) in early else after).append(child_exc)
+            elif e is body_exc:
+                after.insert(0, e)  # the body's error, before later children's
+            else:
+                after.append(e)
+        leaves = before + after
+        flat = outer.derive(leaves)
+        flat.__traceback__ = outer.__traceback__
+        flat.__cause__ = outer.__cause__
+        flat.__suppress_context__ = outer.__suppress_context__
+        if hasattr(outer, "__notes__"):
+            flat.__notes__ = list(outer.__notes__)
+        return flat
+
+
+def _leaf_ids(group: BaseExceptionGroup[BaseException]) -> set[int]:
+    ids: set[int] = set()
+    for e in group.exceptions:
+        sub = as_group(e)
+        ids.update(_leaf_ids(sub) if sub is not None else [id(e)])
+    return ids
+
+
+def open_two_level() -> TwoLevelNursery:
+    """Return the async context manager of a new `TwoLevelNursery`.
+
+    Entering is a schedule point but not a cancel point; leaving is a
+    checkpoint, as for a nursery.
     """
-    return BundleNursery()
+    return TwoLevelNursery()
