@@ -154,6 +154,8 @@ class JobStore:
     ) -> JobRecord | None:
         """Claim the oldest queued job for ``worker`` and renew its lease.
 
+        The lease is extended to ``lease`` seconds from now if less than
+        half of that is left (a worker renews it every third of it anyway).
         Only jobs of ``kinds`` are claimed (any kind for None); the others
         stay queued for a worker that knows them. ``stale_after`` is
         recorded with the job (`JobRecord.stale_after`). With
