@@ -11,13 +11,22 @@
   with SQLite's own busy handler in place of the store's wait for the lock
   (``hand-written, SQLite's busy handler``): with several processes, one of
   them then keeps the lock while the others sleep, which is faster for the
-  loop; the table gives the ratio to each.
+  loop; the table gives the ratio to each. A third loop runs on Trio
+  (``hand-written on Trio``): the library's own transaction (a job's ending
+  with the next claim), one trip to a worker thread per job, and nothing
+  else. The ratio to it is what the library's supervision of each job costs
+  (a bundle, its STOP and deadlines, the worker's bookkeeping); its own
+  ratio to the first loop is what the thread trip costs, the wake of a
+  thread and of Trio each way.
 * From a worker's SIGKILL to its job running on another worker (the lease
   is 1 s: most of this time is the lease running out).
 * From a cancel request to ``cancelled``: cooperative (the job checks
   between 10 ms steps) and forced (it never checks; ``cancel_grace`` 0.2 s).
 
-PostgreSQL is measured when ``--postgres URL`` is given (an empty database).
+Each throughput is the median of interleaved rounds (7 for no-op jobs, 3
+for the others); each ratio is the median of the rounds' own ratios, given
+with the lowest and the highest. PostgreSQL is measured when ``--postgres
+URL`` is given (an empty database).
 ``--pin`` keeps each worker process, of every variant, on one CPU (the
 library's Trio thread and query thread then share it), and measures
 throughput only. Run ``python bench/bench_jobs.py [--quick] [--postgres URL]
@@ -42,7 +51,7 @@ from typing import Any
 import trio
 
 from trio_graceful import open_inbox
-from trio_graceful.jobs import JobEvent, JobState, Worker, open_store
+from trio_graceful.jobs import JobEvent, JobRecord, JobState, Worker, open_store
 from trio_graceful.jobs._sql import SqlQueries
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +64,7 @@ def queries(url: str) -> SqlQueries:
 
 
 BUSY_HANDLER = "hand-written, SQLite's busy handler"
+ON_TRIO = "hand-written on Trio"
 TABLES = ("jobs", "job_events", "job_workers", "job_incarnations", "job_tracebacks")
 
 
@@ -135,6 +145,45 @@ def hand_written_worker(url: str, job_ms: float, *, busy_handler: bool) -> None:
     q.close()
 
 
+def hand_written_trio_worker(url: str, job_ms: float) -> None:
+    """The library's transactions and thread trips, without the library.
+
+    Claims, then per job: waits ``job_ms``, and in one trip to a worker
+    thread settles the job and claims the next, until nothing is left.
+    """
+    q = queries(url)
+    name = f"trio-{os.getpid()}"
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+    def settle_then_claim(job: JobRecord) -> JobRecord | None:
+        _, claimed = q.finish_then_claim(
+            job.id,
+            JobEvent.COMPLETE,
+            worker=name,
+            attempt=1,
+            now=time.time(),
+            reason="done",
+            changes={"result": "null"},
+            lease=30,
+            stale_after=None,
+            limit=1,
+        )
+        return claimed[0] if claimed else None
+
+    async def main() -> None:
+        job = await trio.to_thread.run_sync(
+            lambda: q.claim(name, now=time.time(), lease=30, stale_after=None)
+        )
+        while job is not None:
+            if job_ms:
+                await trio.sleep(job_ms / 1000)
+            job = await trio.to_thread.run_sync(settle_then_claim, job)
+
+    trio.run(main)
+    q.close()
+
+
 def spawn(*args: str, cpu: int | None = None) -> subprocess.Popen[str]:
     where = [] if cpu is None else ["--cpu", str(cpu)]
     process = subprocess.Popen(
@@ -179,6 +228,7 @@ def throughput(
         "library, offload=False": "--child-inline",
         "hand-written": "--child-raw",
         BUSY_HANDLER: "--child-raw-busy",
+        ON_TRIO: "--child-trio",
     }[variant]
     cpus = sorted(os.sched_getaffinity(0))
     workers = [
@@ -204,7 +254,7 @@ def throughput(
     elapsed = time.perf_counter() - t0
     watcher.close()
     for w in workers:
-        if not child.startswith("--child-raw"):
+        if child in ("--child-worker", "--child-inline"):
             w.send_signal(signal.SIGTERM)
         w.communicate()  # waits, and closes its pipes
     return n / elapsed
@@ -285,6 +335,7 @@ def main() -> None:
     parser.add_argument("--child-inline", default=None)
     parser.add_argument("--child-raw", default=None)
     parser.add_argument("--child-raw-busy", default=None)
+    parser.add_argument("--child-trio", default=None)
     parser.add_argument("--job-ms", type=float, default=0.0)
     parser.add_argument(
         "--pin",
@@ -304,13 +355,15 @@ def main() -> None:
         return hand_written_worker(args.child_raw, args.job_ms, busy_handler=False)
     if args.child_raw_busy:
         return hand_written_worker(args.child_raw_busy, args.job_ms, busy_handler=True)
+    if args.child_trio:
+        return hand_written_trio_worker(args.child_trio, args.job_ms)
     n, reps = (500, 1) if args.quick else (2000, 3)
     stores = {"sqlite": f"sqlite:///{tempfile.mkdtemp()}/bench.db"}
     if args.postgres:
         stores["postgresql"] = args.postgres
     results: dict[str, Any] = {
         "jobs": n,
-        "repetitions": reps,
+        "repetitions": {"no-op jobs": 2 * reps + 1, "other jobs": reps},
         "pinned": args.pin,
         "stores": {},
     }
@@ -320,14 +373,16 @@ def main() -> None:
             baselines = ["hand-written"]
             if name == "sqlite":
                 baselines.append(BUSY_HANDLER)
+            baselines.append(ON_TRIO)
             variants = ["library", "library, offload=False", *baselines]
             rates: dict[str, list[float]] = {v: [] for v in variants}
-            ratios: dict[str, list[float]] = {
-                f"{v} / {b}": [] for v in variants[:2] for b in baselines
-            }
-            # Fewer 10 ms jobs: each takes as long as 10 no-op ones.
+            pairs = [(v, b) for v in variants[:2] for b in baselines]
+            pairs.append((ON_TRIO, "hand-written"))
+            ratios: dict[str, list[float]] = {f"{v} / {b}": [] for v, b in pairs}
+            # Fewer 10 ms jobs: each takes as long as 10 no-op ones. More
+            # rounds of no-op jobs: they are quick, and they vary the most.
             count = n if job_ms < 10 else n // 4
-            for _ in range(reps):
+            for _ in range(reps if job_ms else 2 * reps + 1):
                 # Interleaved, so that the machine's load falls on all alike.
                 rate = {
                     v: throughput(url, v, processes, count, job_ms, pin=args.pin)
@@ -335,14 +390,15 @@ def main() -> None:
                 }
                 for v in variants:
                     rates[v].append(rate[v])
-                for v in variants[:2]:
-                    for b in baselines:
-                        ratios[f"{v} / {b}"].append(rate[v] / rate[b])
+                for v, b in pairs:
+                    ratios[f"{v} / {b}"].append(rate[v] / rate[b])
             cells: dict[str, float] = {
                 f"{v} jobs/s": statistics.median(rates[v]) for v in variants
             }
             for label, values in ratios.items():
                 cells[label] = statistics.median(values)
+                cells[f"{label}, lowest"] = min(values)
+                cells[f"{label}, highest"] = max(values)
             what = "no-op jobs" if not job_ms else f"{job_ms} ms jobs"
             row[f"{what}, {processes} processes"] = cells
         if not args.pin:
@@ -358,7 +414,7 @@ def main() -> None:
         for key, values in row.items():
             print(f"{key}:")
             for label, value in values.items():
-                print(f"    {label:<58} {value:10.3f}")
+                print(f"    {label:<72} {value:10.3f}")
 
 
 if __name__ == "__main__":

@@ -503,7 +503,13 @@ def test_the_jobs_bench_runs_every_variant_to_the_last_job(
 ) -> None:
     bench = load_bench("bench_jobs")
     url = f"sqlite:///{tmp_path}/bench.db"
-    variants = ["library", "library, offload=False", "hand-written", bench.BUSY_HANDLER]
+    variants = [
+        "library",
+        "library, offload=False",
+        "hand-written",
+        bench.BUSY_HANDLER,
+        bench.ON_TRIO,
+    ]
     for variant in variants:
         rate = bench.throughput(url, variant, 2, 30, pin=pin)
         # The rate is measured to the last of the 30 jobs, each run once.

@@ -1,29 +1,38 @@
 """A settlement and the next claim in one transaction; a store's calls one at a time.
 
 The transaction is seen on the store's own SQLite connection (its trace of
-statements); the calls run in real threads, held by the test.
+statements); the calls run in real threads, held by the test. A job's
+ending is written only once nothing of the job runs.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
+from trio_graceful import current_bundle
 from trio_graceful.jobs import (
+    JobContext,
     JobEvent,
     JobRecord,
     JobState,
+    Worker,
     WorkerReplacedError,
     open_store,
 )
 from trio_graceful.jobs._claims import Claims
 from trio_graceful.jobs._serial import SerialCalls, run_in_thread
 from trio_graceful.jobs._sqlite import SQLiteQueries
+
+from .support import serving
+from .test_job_worker import wait_for_state
 
 S = JobState
 
@@ -253,3 +262,42 @@ async def test_every_write_returns_the_record_as_read_back(store_url: str) -> No
         [stray] = await store.claim_many("w", limit=1, lease=30)
         await same(*await store.take_over("w", incarnation="new", lease=30))
         assert (await store.get(stray.id)).state is S.QUEUED
+
+
+def hold_settlements(
+    queries: Any, monkeypatch: pytest.MonkeyPatch, hold: Callable[[], object]
+) -> None:
+    """Call ``hold()`` in the store's thread before each settlement's queries."""
+    settle = queries.finish_then_claim
+
+    def finish_then_claim(*args: Any, **kwargs: Any) -> Any:
+        hold()
+        return settle(*args, **kwargs)
+
+    monkeypatch.setattr(queries, "finish_then_claim", finish_then_claim)
+
+
+@pytest.mark.realtime
+async def test_a_jobs_ending_waits_for_the_subtasks_it_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order: list[str] = []
+
+    async def job(ctx: JobContext) -> str:
+        async def linger() -> None:
+            await trio.sleep(0.2)
+            order.append("subtask ended")
+
+        current_bundle().start_soon(linger)
+        return "returned before its subtask ended"
+
+    with open_store(f"sqlite:///{tmp_path}/jobs.db") as store:
+        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        hold_settlements(queries, monkeypatch, lambda: order.append("written"))
+        job_id = await store.submit("k")
+        worker = Worker(store, {"k": job}, worker_id="w", poll_interval=0.05)
+        with trio.fail_after(60):
+            async with serving(worker):
+                await wait_for_state(store, job_id, S.COMPLETED)
+        assert (await store.get(job_id)).result == "returned before its subtask ended"
+    assert order == ["subtask ended", "written"]
