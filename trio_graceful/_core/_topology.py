@@ -31,7 +31,7 @@ import attrs
 import trio
 
 from ._startable import as_coroutine, coroutine_of
-from ._util import ForwardingTaskStatus, as_group, first_leaf
+from ._util import ForwardingTaskStatus, as_group, first_leaf, forbid_abort
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -63,12 +63,6 @@ def is_cancellation(exc: BaseException) -> bool:
         return True
     group = as_group(exc)
     return group is not None and group.split(trio.Cancelled)[1] is None
-
-
-def _park_forbids_abort(_: object) -> trio.lowlevel.Abort:
-    # Like Trio's nursery waiting for its children: only a reschedule ends
-    # the wait. A KeyboardInterrupt stays pending until the next checkpoint.
-    return trio.lowlevel.Abort.FAILED
 
 
 @final
@@ -121,7 +115,7 @@ class TwoLevelNursery:
         self.outer.start_soon(self._run_host, name=f"<host of {self.owner}>")
         # Entering must not be a cancel point, as for a nursery: wait for the
         # host (it only opens a nursery) where nothing but it can wake us.
-        await trio.lowlevel.wait_task_rescheduled(_park_forbids_abort)
+        await trio.lowlevel.wait_task_rescheduled(forbid_abort)
         return self
 
     async def _run_host(self) -> None:
@@ -133,7 +127,7 @@ class TwoLevelNursery:
                 trio.lowlevel.reschedule(self._opener)
                 # Only the end of the body ends the host: a hard cancel of the
                 # children leaves their nursery open for late starters.
-                await trio.lowlevel.wait_task_rescheduled(_park_forbids_abort)
+                await trio.lowlevel.wait_task_rescheduled(forbid_abort)
         except BaseException as exc:
             self._children_error = exc
             raise

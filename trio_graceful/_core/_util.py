@@ -35,6 +35,16 @@ class NoPublicConstructor(ABCMeta):
         return super().__call__(*args, **kwargs)  # type: ignore[misc, no-any-return]
 
 
+def forbid_abort(_: object) -> trio.lowlevel.Abort:
+    """The abort function of a `trio.lowlevel.wait_task_rescheduled` that must end.
+
+    Only a reschedule ends the wait, as for Trio's nursery waiting for its
+    children: a cancel is refused, and a KeyboardInterrupt stays pending
+    until the next checkpoint.
+    """
+    return trio.lowlevel.Abort.FAILED
+
+
 def check_seconds(name: str, value: object) -> float:
     """Return ``value`` as a float if it is a valid, non-negative duration.
 

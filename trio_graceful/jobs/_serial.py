@@ -17,13 +17,9 @@ import attrs
 import outcome
 import trio
 
+from .._core._util import forbid_abort
+
 R = TypeVar("R")
-
-
-def _cannot_abort(_: object) -> trio.lowlevel.Abort:
-    # The call runs to its end, as `trio.to_thread.run_sync` lets it: its
-    # transaction is committed or rolled back, never left half-known.
-    return trio.lowlevel.Abort.FAILED
 
 
 async def run_in_thread(call: Callable[[], R]) -> R:
@@ -39,7 +35,9 @@ async def run_in_thread(call: Callable[[], R]) -> R:
         token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
     trio.lowlevel.start_thread_soon(call, deliver, name="trio_graceful job store")
-    result: R = await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
+    # The call runs to its end, as `trio.to_thread.run_sync` lets it: its
+    # transaction is committed or rolled back, never left half-known.
+    result: R = await trio.lowlevel.wait_task_rescheduled(forbid_abort)
     return result
 
 
