@@ -133,16 +133,19 @@ def hand_written_worker(url: str, job_ms: float, *, busy_handler: bool) -> None:
     ) is not None:
         if job_ms:
             time.sleep(job_ms / 1000)
-        q.finish(
-            job.id,
-            JobEvent.COMPLETE,
-            worker=name,
-            attempt=1,
-            now=time.time(),
-            reason="done",
-            changes={"result": "null"},
-        )
+        q.finish(job.id, JobEvent.COMPLETE, **completion(name))
     q.close()
+
+
+def completion(worker: str) -> dict[str, Any]:
+    """How the hand-written loops complete a job of ``worker``'s, now."""
+    return {
+        "worker": worker,
+        "attempt": 1,
+        "now": time.time(),
+        "reason": "done",
+        "changes": {"result": "null"},
+    }
 
 
 def hand_written_trio_worker(url: str, job_ms: float) -> None:
@@ -160,11 +163,7 @@ def hand_written_trio_worker(url: str, job_ms: float) -> None:
         _, claimed = q.finish_then_claim(
             job.id,
             JobEvent.COMPLETE,
-            worker=name,
-            attempt=1,
-            now=time.time(),
-            reason="done",
-            changes={"result": "null"},
+            **completion(name),
             lease=30,
             stale_after=None,
             limit=1,
