@@ -194,7 +194,7 @@ async def test_a_call_raises_what_the_function_raised() -> None:
     with pytest.raises(LookupError, match=r"^no such row$"):
         await SerialCalls().run(broken)
     with pytest.raises(LookupError, match=r"^no such row$"):
-        await SerialCalls(offload=False).run(broken)
+        await SerialCalls().run(broken, offload=False)
 
 
 async def test_every_write_returns_the_record_as_read_back(store_url: str) -> None:

@@ -43,23 +43,22 @@ async def run_in_thread(call: Callable[[], R]) -> R:
 
 @attrs.define(eq=False)
 class SerialCalls:
-    """Runs a store's calls one at a time: in a thread, or inline if not ``offload``.
+    """Runs a store's calls one at a time, each in a thread unless asked not to."""
 
-    Inline, each call is still a checkpoint (before it runs), so that the
-    store behaves alike under Trio's mock clock.
-    """
-
-    offload: bool = True
     _lock: trio.StrictFIFOLock = attrs.field(factory=trio.StrictFIFOLock, init=False)
 
-    async def run(self, call: Callable[[], R]) -> R:
-        """Run ``call`` when the calls before it have ended. This is a checkpoint."""
+    async def run(self, call: Callable[[], R], *, offload: bool = True) -> R:
+        """Run ``call`` when the calls before it have ended. This is a checkpoint.
+
+        With ``offload=False`` the call runs in the Trio thread, still after a
+        checkpoint, so that a store behaves alike under Trio's mock clock.
+        """
         try:
             self._lock.acquire_nowait()
         except trio.WouldBlock:
             await self._lock.acquire()
         try:
-            if self.offload:
+            if offload:
                 return await run_in_thread(call)
             await trio.lowlevel.checkpoint()
             return call()

@@ -61,12 +61,7 @@ class JobStore:
     _queries: SqlQueries
     _clock: Callable[[], float] = time.time
     _offload: bool = True
-    _calls: SerialCalls = attrs.field(
-        init=False,
-        default=attrs.Factory(
-            lambda self: SerialCalls(offload=self._offload), takes_self=True
-        ),
-    )
+    _calls: SerialCalls = attrs.field(factory=SerialCalls, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
     def now(self) -> float:
@@ -76,7 +71,8 @@ class JobStore:
     async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         if self._closed:
             raise StoreError("the job store is closed")
-        return await self._calls.run(functools.partial(fn, *args, **kwargs))
+        call = functools.partial(fn, *args, **kwargs)
+        return await self._calls.run(call, offload=self._offload)
 
     @property
     def listens(self) -> bool:
