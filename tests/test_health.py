@@ -795,9 +795,10 @@ async def test_at_the_cap_the_oldest_waiting_connection_is_evicted(
         await trio.sleep(1)
         assert (await kept_alive.get(b"/livez")).status == 200
         await trio.sleep(1)
-        # Each newcomer completes a request at t=4: it is kept alive too, but
-        # its wait began after kept_alive's.
-        for victim in (idle, slowloris, kept_alive):
+        # The head in progress goes first, though idle is older: a real
+        # client sends its head at once. Each newcomer completes a request
+        # at t=4: it is kept alive too, but its wait began after kept_alive's.
+        for victim in (slowloris, idle, kept_alive):
             newcomer = await listener.connect()
             assert await victim.closed_by_server()
             assert (await newcomer.get(b"/readyz")).status == 200

@@ -17,13 +17,15 @@ No client can hold the endpoint, and none can keep a probe out:
   keep-alive client may sit quiet between requests (``idle_timeout`` bounds
   that), while a slowloris, which must trickle bytes to look alive, loses its
   slot in ``head_timeout``; a real probe sends its head in one segment;
-* at ``max_connections``, a new connection closes the oldest one that waits
-  for a request, to take its slot: first those that never completed one
-  (idle openings, slowloris heads), then keep-alive connections between
-  requests, oldest wait first. A connection whose request is being answered
-  is never closed so; only when every slot holds one is the new connection
-  refused. So a flood of idle connections cannot lock a probe out: the probe
-  is the newest, and the newest is kept;
+* at ``max_connections``, a new connection closes one that waits for a
+  request, to take its slot: first those that never completed one, a
+  request begun and not finished before an opening with no byte yet (a real
+  client sends its head at once: a head in progress is a slowloris's mark), then
+  keep-alive connections between requests; oldest first byte, or oldest
+  wait, first. A connection whose request is being answered is never closed
+  so; only when every slot holds one is the new connection refused. So a
+  flood cannot lock a probe out: the probe is the newest opening, and while
+  its head is on the way to be read, a slowloris's is closed before it;
 * refusals and those closings are logged as one WARNING with the counts, at
   most once every ``REPORT_INTERVAL`` (10) seconds, not once per connection;
 * a head is capped in size; an error on one connection ends that connection
@@ -114,12 +116,15 @@ class _Connection:
     http: h11.Connection
     waiting_since: float  # when it began to wait for its current request
     answered: int = 0  # requests answered on it
+    head_begun: float | None = None  # the first byte of the current request
     reading: trio.CancelScope | None = None  # while waiting for the client
     evicted: bool = False
 
-    def eviction_order(self) -> tuple[bool, float]:
+    def eviction_order(self) -> tuple[bool, bool, float]:
         """Sorts first the connection to evict first (see the module docstring)."""
-        return self.answered > 0, self.waiting_since
+        if self.head_begun is None:
+            return self.answered > 0, True, self.waiting_since
+        return self.answered > 0, False, self.head_begun
 
 
 @final
@@ -221,6 +226,7 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
                         break
                     http.start_next_cycle()
                     connection.answered += 1
+                    connection.head_begun = None
                     connection.waiting_since = trio.current_time()
                     continue
                 # Here only when the time was up.
@@ -277,7 +283,7 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
         request: h11.Request | None = None
         with trio.CancelScope() as head:
             if http.trailing_data[0]:  # pipelined: its first bytes are here
-                head.deadline = trio.current_time() + self._head_timeout
+                self._begin_head(connection, head)
             while True:
                 event = http.next_event()
                 if event is h11.NEED_DATA:
@@ -285,7 +291,7 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
                     if data is None:
                         return None
                     if request is None and data and head.deadline == math.inf:
-                        head.deadline = trio.current_time() + self._head_timeout
+                        self._begin_head(connection, head)
                     http.receive_data(data)
                 elif isinstance(event, h11.Request):
                     request = event
@@ -302,6 +308,11 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
             self._head_timeout,
         )
         return None
+
+    def _begin_head(self, connection: _Connection, head: trio.CancelScope) -> None:
+        """The first bytes of a request's head are here: start its clock."""
+        connection.head_begun = trio.current_time()
+        head.deadline = connection.head_begun + self._head_timeout
 
     async def _receive(self, connection: _Connection) -> bytes | None:
         """Return the next bytes from the client (b"" at its end).

@@ -95,10 +95,11 @@ async def serve_health(
         head_timeout (float): Seconds a request's head may take to arrive,
             counted from its first byte (a slowloris is closed then).
         max_connections (int): Connections open at once. At the limit, a
-            new connection closes the oldest one waiting for a request (see
-            the module docstring); if every one is being answered, the new
-            one is closed instead. Both are counted in `HealthStatistics`
-            and logged, one WARNING with the counts every 10 s at most.
+            new connection closes one waiting for a request (a slow head
+            first: see ``_health``'s docstring); if every one is being
+            answered, the new one is closed instead. Both are counted in
+            `HealthStatistics` and logged, one WARNING with the counts every
+            10 s at most.
         max_header_bytes (int): The most bytes held of a request head not
             complete yet (h11's ``max_incomplete_event_size``); beyond, 431.
         task_status: Started with the `HealthEndpoint` once it is listening.

@@ -214,7 +214,7 @@ class RunOptions:
         metadata={
             COMMAND_LINE: CommandLine(
                 "connections the health endpoint holds at once; at the limit "
-                "the oldest one waiting for a request is closed "
+                "one waiting for a request is closed, a slow head first "
                 "(default: %(default)d)",
                 int,
                 "an integer >= 1",
