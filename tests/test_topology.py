@@ -144,3 +144,23 @@ async def test_a_child_cancelled_before_it_is_ready_fails_its_start(autojump_clo
         with pytest.raises(RuntimeError, match="bundle 'b' was hard-cancelled before"):
             await levels.start(slow_start, (), "slow")
         assert levels.live == 0
+
+
+async def test_one_level_fails_as_a_nursery_would(autojump_clock):
+    expected = await capture(lambda: _failing_child(trio.open_nursery))
+    got = await capture(lambda: _failing_child(lambda: open_two_level(one_level=True)))
+    assert shape(got) == shape(expected)
+
+
+async def test_one_level_cancels_the_body_with_the_children(autojump_clock):
+    t0 = trio.current_time()
+    reached: list[str] = []
+    async with open_two_level(one_level=True) as levels:
+        levels.start_soon(trio.sleep_forever, (), "child")
+        levels.set_children_deadline(t0 + 2)
+        await trio.sleep(5)
+        reached.append("after the sleep")
+    assert reached == []
+    assert trio.current_time() - t0 == 2
+    assert levels.live == 0
+    assert levels.outer.cancel_scope.cancelled_caught

@@ -302,7 +302,8 @@ def test_attempt_table_moves_and_refuses() -> None:
         IllegalAttemptTransitionError,
         match=(
             r"^job j: an attempt cannot end while ended; that is legal only while "
-            r"running or cancelling or draining or draining, cancel requested$"
+            r"running or cancelling or draining or draining, cancel requested or "
+            r"timing out$"
         ),
     ):
         attempt.apply(AttemptEvent.END)

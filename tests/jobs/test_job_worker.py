@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_graceful import TraceKind, record_trace
+from trio_graceful import TraceKind, current_bundle, record_trace
 from trio_graceful.jobs import (
     CallTimeoutError,
     JobContext,
@@ -335,3 +335,28 @@ async def test_a_worker_that_lost_its_job_writes_nothing(
     assert (job.state, job.handbacks, job.attempts) == (S.QUEUED, 0, 1)
     assert audit(await store.events(job_id))[-1] == (S.RUNNING, S.QUEUED, 1)
     assert worker.statistics().ended == {"running": 1}
+
+
+async def test_each_job_runs_as_a_child_of_its_own_bundle_one_after_another(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[tuple[str, bool, trio.lowlevel.Task]] = []
+
+    async def where(ctx: JobContext) -> None:
+        bundle = current_bundle()
+        # The task that opened the job's bundle: the worker's slot.
+        seen.append(
+            (bundle.name, trio.lowlevel.current_task() in bundle, bundle.parent_task)
+        )
+        await trio.sleep(1)
+
+    store = mock_store()
+    ids = [await store.submit("where") for _ in range(3)]
+    async with serving(make_worker(store, {"where": where}, concurrency=1)):
+        await wait_for_state(store, ids[-1], S.COMPLETED)
+    assert [(name, child) for name, child, _ in seen] == [
+        (f"job {job_id}", True) for job_id in ids
+    ]
+    # Each settlement claimed the next job, which ran in the same task.
+    assert len({slot for _, _, slot in seen}) == 1
+    assert [(await store.get(job_id)).ended_at for job_id in ids] == [1, 2, 3]

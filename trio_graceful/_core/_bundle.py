@@ -113,7 +113,7 @@ class Bundle(metaclass=NoPublicConstructor):
     @property
     def child_tasks(self) -> frozenset[trio.lowlevel.Task]:
         """The children still running, as `trio.Nursery.child_tasks`."""
-        return self._levels.inner.child_tasks
+        return self._levels.children
 
     @property
     def parent_task(self) -> trio.lowlevel.Task:
@@ -309,10 +309,7 @@ class Bundle(metaclass=NoPublicConstructor):
         Children still starting under `start` count too. Like ``task in
         bundle.child_tasks`` without copying the set. Not a checkpoint.
         """
-        inner = self._levels.inner
-        return isinstance(task, trio.lowlevel.Task) and (
-            task.parent_nursery is inner or task.eventual_parent_nursery is inner
-        )
+        return isinstance(task, trio.lowlevel.Task) and self._levels.is_child(task)
 
     def open_inbox(
         self, max_buffer_size: int | float = 0, *, stop_first: bool = False

@@ -124,12 +124,8 @@ class ChildWatch:
         """
         names = self._names
         if names is None:
-            names = self._names = TaskNames.of_running(self._levels.inner.child_tasks)
-        inner = self._levels.inner
-        return names.name(
-            task,
-            child=task.parent_nursery is inner or task.eventual_parent_nursery is inner,
-        )
+            names = self._names = TaskNames.of_running(self._levels.children)
+        return names.name(task, child=self._levels.is_child(task))
 
     def _started(self, task: trio.lowlevel.Task) -> None:
         """Name and trace a child as it first runs, or as it reports itself ready."""

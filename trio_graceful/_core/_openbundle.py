@@ -28,9 +28,9 @@ class _BundleManager:
 
     __slots__ = ("_bundle", "_levels", "_name")
 
-    def __init__(self, name: str | None) -> None:
+    def __init__(self, name: str | None, *, one_level: bool = False) -> None:
         self._name = name
-        self._levels = open_two_level()
+        self._levels = open_two_level(one_level=one_level)
         self._bundle: Bundle | None = None
 
     @trio.lowlevel.enable_ki_protection
@@ -84,6 +84,20 @@ def open_bundle(*, name: str | None = None) -> _BundleManager:
         TypeError: if ``name`` is not a string or None.
     """
     return _BundleManager(check_name(name))
+
+
+def open_bundle_cancelling_body(*, name: str) -> _BundleManager:
+    """Open a bundle whose cancellation hard-cancels its body with the children.
+
+    For an owner whose body only waits and settles things after the block
+    (a job's supervisor): `Bundle.cancel` and `Bundle.shutdown` work as
+    usual, except that the body, if still in the block when the children are
+    hard-cancelled, is cancelled with them and leaves the block (the bundle's
+    own scope catches that `trio.Cancelled`). The children see an ordinary
+    bundle. It costs one nursery and no helper task, and entering the block
+    is not a checkpoint.
+    """
+    return _BundleManager(name, one_level=True)
 
 
 def current_bundle() -> Bundle:

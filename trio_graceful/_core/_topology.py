@@ -12,6 +12,10 @@ outer scope cancels body and children, a child that raises cancels its
 siblings and the body at once, and the exception group that leaves the block
 has the shape, and the order, that a plain nursery's would have.
 
+With ``one_level=True`` there is no host: the children run in the outer
+nursery beside the body, so that cancelling them cancels the body too. That
+is for an owner whose body only waits and does its own work after the block.
+
 This module knows nothing of grace periods, STOP or reports: it runs
 children, counts them, and tells its owner (if asked) when each starts and ends.
 Children started with `TwoLevelNursery.start` are still under their caller
@@ -75,6 +79,7 @@ class TwoLevelNursery:
         "_early_errors",
         "_host",
         "_manager",
+        "_one_level",
         "_opener",
         "_start_scopes",
         "events",
@@ -84,7 +89,8 @@ class TwoLevelNursery:
         "owner",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, one_level: bool = False) -> None:
+        self._one_level = one_level
         self._manager = trio.open_nursery()
         self.outer: trio.Nursery
         self.inner: trio.Nursery
@@ -111,6 +117,9 @@ class TwoLevelNursery:
     @trio.lowlevel.enable_ki_protection
     async def __aenter__(self) -> Self:
         self.outer = await self._manager.__aenter__()
+        if self._one_level:
+            self.inner = self.outer
+            return self
         self._opener = trio.lowlevel.current_task()
         self.outer.start_soon(self._run_host, name=f"<host of {self.owner}>")
         # Entering must not be a cancel point, as for a nursery: wait for the
@@ -140,9 +149,9 @@ class TwoLevelNursery:
         tb: TracebackType | None,
     ) -> bool | None:
         self._body_ended = True
-        assert self._host is not None
-        trio.lowlevel.reschedule(self._host)
-        self._host = None
+        if self._host is not None:
+            trio.lowlevel.reschedule(self._host)
+            self._host = None
         try:
             return await self._manager.__aexit__(etype, exc, tb)
         except BaseException as raised:
@@ -205,6 +214,16 @@ class TwoLevelNursery:
         return await self.inner.start(
             self._run_starting_child, async_fn, args, name=name
         )
+
+    @property
+    def children(self) -> frozenset[trio.lowlevel.Task]:
+        """The children running now, as `trio.Nursery.child_tasks`."""
+        return self.inner.child_tasks
+
+    def is_child(self, task: trio.lowlevel.Task) -> bool:
+        """Whether ``task`` is a child, or is starting to be one under `start`."""
+        inner = self.inner
+        return task.parent_nursery is inner or task.eventual_parent_nursery is inner
 
     @property
     def children_cancel_called(self) -> bool:
@@ -363,10 +382,10 @@ def _leaf_ids(group: BaseExceptionGroup[BaseException]) -> set[int]:
     return ids
 
 
-def open_two_level() -> TwoLevelNursery:
+def open_two_level(*, one_level: bool = False) -> TwoLevelNursery:
     """Return the async context manager of a new `TwoLevelNursery`.
 
-    Entering is a schedule point but not a cancel point; leaving is a
-    checkpoint, as for a nursery.
+    Entering is a schedule point but not a cancel point (not even a schedule
+    point with ``one_level``); leaving is a checkpoint, as for a nursery.
     """
-    return TwoLevelNursery()
+    return TwoLevelNursery(one_level=one_level)

@@ -1,10 +1,11 @@
 """One job attempt inside its worker: what its supervisor does next, as a table.
 
 The persisted job states (`_states`) say where a job is for everyone; this
-table says where one attempt is for the worker running it. Three things
+table says where one attempt is for the worker running it. Four things
 can happen to an attempt, in any order: its function ends (``END``), a
 cancel request arrives (``CANCEL``), the worker begins to drain
-(``DRAIN``). The first that the supervisor can act on decides the path:
+(``DRAIN``), its deadline passes (``TIME_OUT``, seen only while it runs).
+The first that the supervisor can act on decides the path:
 
 * ``ENDED``: settle by the function's outcome (completed, failed, or, if it
   stopped on request, handed back);
@@ -12,7 +13,8 @@ cancel request arrives (``CANCEL``), the worker begins to drain
 * ``DRAINING``: STOP with what is left of the worker's grace, then settle by
   the outcome, handing back a job that did not finish;
 * ``DRAINING_CANCELLED``: as draining, but a job that did not finish is
-  cancelled rather than handed back: the request wins over a hand-back.
+  cancelled rather than handed back: the request wins over a hand-back;
+* ``TIMING_OUT``: hard-cancel the job, then settle it as timed out.
 
 Later events that change nothing are self-loops; a pair missing from the
 table is a bug (`IllegalAttemptTransitionError`) and changes nothing.
@@ -42,6 +44,7 @@ class AttemptState(enum.Enum):
     CANCELLING = "cancelling"
     DRAINING = "draining"
     DRAINING_CANCELLED = "draining, cancel requested"
+    TIMING_OUT = "timing out"
 
 
 class AttemptEvent(enum.Enum):
@@ -50,6 +53,7 @@ class AttemptEvent(enum.Enum):
     END = "end"
     CANCEL = "cancel"
     DRAIN = "drain"
+    TIME_OUT = "time out"
 
 
 _S = AttemptState
@@ -61,6 +65,7 @@ ATTEMPT_TRANSITIONS: Final[Mapping[tuple[AttemptState, AttemptEvent], AttemptSta
             (_S.RUNNING, _E.END): _S.ENDED,
             (_S.RUNNING, _E.CANCEL): _S.CANCELLING,
             (_S.RUNNING, _E.DRAIN): _S.DRAINING,
+            (_S.RUNNING, _E.TIME_OUT): _S.TIMING_OUT,
             (_S.ENDED, _E.CANCEL): _S.ENDED,
             (_S.ENDED, _E.DRAIN): _S.ENDED,
             (_S.CANCELLING, _E.END): _S.CANCELLING,
@@ -70,6 +75,9 @@ ATTEMPT_TRANSITIONS: Final[Mapping[tuple[AttemptState, AttemptEvent], AttemptSta
             (_S.DRAINING, _E.CANCEL): _S.DRAINING_CANCELLED,
             (_S.DRAINING_CANCELLED, _E.END): _S.DRAINING_CANCELLED,
             (_S.DRAINING_CANCELLED, _E.CANCEL): _S.DRAINING_CANCELLED,
+            (_S.TIMING_OUT, _E.END): _S.TIMING_OUT,
+            (_S.TIMING_OUT, _E.CANCEL): _S.TIMING_OUT,
+            (_S.TIMING_OUT, _E.DRAIN): _S.TIMING_OUT,
         }
     )
 )
@@ -93,6 +101,8 @@ class Attempt:
     """What the job function returned or raised, once it has ended."""
     unsaved: Mapping[str, Any] | None = None
     """Progress reported while the store was away, to be written when back."""
+    successor: Attempt | None = None
+    """The job its settlement claimed, to run next in the same task."""
     _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def apply(self, event: AttemptEvent) -> AttemptState:
@@ -118,19 +128,22 @@ class Attempt:
             self._changed = trio.Event()
         return target
 
-    async def wait_decided(self, deadline: float) -> bool:
+    async def wait_decided(self, deadline: float) -> AttemptState:
         """Wait while the attempt is running, until ``deadline`` at most.
 
-        Returns True if the deadline passed first. This is a checkpoint.
+        If the deadline passes first, moves by ``TIME_OUT``. Returns the
+        state that ended the wait. This is a checkpoint.
         """
         if deadline == math.inf:
             # Most jobs have no timeout: a cancel scope would cost more
             # than the wait itself.
             await self._wait_decided()
-            return False
-        with trio.move_on_at(deadline) as timer:
+            return self.state
+        with trio.move_on_at(deadline):
             await self._wait_decided()
-        return timer.cancelled_caught
+        if self.state is AttemptState.RUNNING:
+            self.apply(AttemptEvent.TIME_OUT)
+        return self.state
 
     async def _wait_decided(self) -> None:
         await trio.lowlevel.checkpoint()

@@ -1,8 +1,13 @@
 """The attempts a worker runs: each in its own bundle, settled in the store.
 
 A `Supervisor` owns the worker's running attempts (`Attempt`, whose state
-is a table) and the moment the worker began to drain. An attempt's end is
-decided by whichever comes first:
+is a table) and the moment the worker began to drain. A job's function runs
+as the child of a bundle whose body waits for the attempt's end to be
+decided and carries it out; a hard cancel of the job ends that body too
+(`open_bundle_cancelling_body`: one nursery, no host task), and the ending
+is written after the block. The settlement of a job claims the next in the
+same transaction, and the first job claimed runs next in the same task. An
+attempt's end is decided by whichever comes first:
 
 * its function returns or raises: ``completed`` or ``failed``;
 * a cancel request (read from the store, so it may come from any process):
@@ -36,7 +41,7 @@ import trio
 
 from .._children._threads import ThreadBudget
 from .._core._bundle import Bundle
-from .._core._openbundle import open_bundle
+from .._core._openbundle import open_bundle_cancelling_body
 from .._core._trace import TraceKind, emit, tracing
 from ._access import StoreAccess
 from ._attempt import Attempt, AttemptEvent, AttemptState
@@ -96,11 +101,14 @@ class Supervisor:
         """Start an attempt of each job of ``jobs``, just claimed. Not a checkpoint."""
         assert self.bundle is not None
         for job in jobs:
-            attempt = self.running[job.id] = Attempt(job)
-            _trace(self.worker_id, job.id, JobState.QUEUED, JobState.RUNNING)
-            if self.drain_deadline is not None:
-                attempt.apply(AttemptEvent.DRAIN)  # claimed as the drain began
-            self.bundle.start_soon(self._supervise, attempt, name=f"job {job.id}")
+            self.bundle.start_soon(self._supervise, self._attempt(job), name="job slot")
+
+    def _attempt(self, job: JobRecord) -> Attempt:
+        attempt = self.running[job.id] = Attempt(job)
+        _trace(self.worker_id, job.id, JobState.QUEUED, JobState.RUNNING)
+        if self.drain_deadline is not None:
+            attempt.apply(AttemptEvent.DRAIN)  # claimed as the drain began
+        return attempt
 
     async def wait_slot(self, concurrency: int) -> None:
         """Wait until fewer than ``concurrency`` attempts run. This is a checkpoint."""
@@ -203,35 +211,55 @@ class Supervisor:
 
         attempt.job, claimed = await self.access.call(f"settling job {job.id}", write)
         _trace(self.worker_id, job.id, job.state, attempt.job.state)
-        self.add(self.claims.count(claimed))
+        if claimed:
+            # The first job claimed goes on in this task (see _supervise).
+            attempt.successor = self._attempt(claimed[0])
+            self.add(claimed[1:])
+            self.claims.count(claimed)
 
     async def _supervise(self, attempt: Attempt) -> None:
-        job = attempt.job
-        try:
-            await self._run(attempt)
-        except (LostJobError, IllegalJobTransitionError) as exc:
-            # A rescuer took the job from us (our lease had expired): its
-            # state is no longer ours to write, and nothing was written.
-            logger.warning("worker %s: %s", self.worker_id, exc)
-        except StoreUnavailableError:
-            self.unsettled.append(job.id)
-        finally:
-            del self.running[job.id]
-            # The claim loop waits for a free slot; a settlement that claimed
-            # a job in this one's place left none.
-            if len(self.running) < self.claims.concurrency:
-                self._slot_freed.set()
-            state = attempt.job.state.value
-            self.ended[state] = self.ended.get(state, 0) + 1
+        # One job after another: the settlement of each claims the next,
+        # which runs in the same task, saving a task per job.
+        next_up: Attempt | None = attempt
+        while next_up is not None:
+            attempt = next_up
+            job = attempt.job
+            try:
+                await self._run(attempt)
+            except (LostJobError, IllegalJobTransitionError) as exc:
+                # A rescuer took the job from us (our lease had expired): its
+                # state is no longer ours to write, and nothing was written.
+                logger.warning("worker %s: %s", self.worker_id, exc)
+            except StoreUnavailableError:
+                self.unsettled.append(job.id)
+            finally:
+                del self.running[job.id]
+                # The claim loop waits for a free slot; a settlement that
+                # claimed a job in this one's place left none.
+                if len(self.running) < self.claims.concurrency:
+                    self._slot_freed.set()
+                state = attempt.job.state.value
+                self.ended[state] = self.ended.get(state, 0) + 1
+            next_up = attempt.successor
 
     async def _run(self, attempt: Attempt) -> None:
         job = attempt.job
         # The worker claims only the kinds it has functions for.
-        ctx = await self._attend(attempt, self.functions[job.kind])
-        if ctx is None:
-            return
+        ctx, hard_cancelled = await self._attend(attempt, self.functions[job.kind])
         ended = attempt.outcome
-        if isinstance(ended, outcome.Value):
+        if attempt.state is AttemptState.TIMING_OUT:
+            assert job.timeout is not None
+            await self._write(
+                attempt,
+                JobEvent.FINISH_TIME_OUT,
+                "cleanup done",
+                error=f"timed out after {job.timeout:g} s",
+                elapsed=self._elapsed(job),
+            )
+        elif attempt.state is AttemptState.CANCELLING:
+            how = "after a hard cancel" if hard_cancelled else "cooperatively"
+            await self._end(attempt, ctx, JobEvent.FINISH_CANCEL, f"cancelled {how}")
+        elif isinstance(ended, outcome.Value):
             await self._write(
                 attempt,
                 JobEvent.COMPLETE,
@@ -262,11 +290,15 @@ class Supervisor:
                 elapsed=self._elapsed(job),
             )
 
-    async def _attend(self, attempt: Attempt, fn: JobFunction) -> JobContext | None:
-        """Run the job in its bundle until it ends, is cancelled, times out or drains.
+    async def _attend(
+        self, attempt: Attempt, fn: JobFunction
+    ) -> tuple[JobContext, bool]:
+        """Run the job in its bundle until it has ended, as decided.
 
-        Returns the context once the job's bundle is closed and its ending
-        is still to be written; None if it was written here.
+        A cancel request's ``cancelling`` and a timeout's ``timing_out`` are
+        written here, before the job is stopped. Returns the job's context
+        and whether its bundle was hard-cancelled, once the bundle is
+        closed; the job's ending is still to be written.
         """
         job = attempt.job
         deadline = (
@@ -277,7 +309,9 @@ class Supervisor:
             await self._report(attempt, progress)
 
         ctx: JobContext | None = None
-        async with open_bundle(name=f"job {job.id}") as bundle:
+        # A hard cancel of the job ends this body with it (one nursery, no
+        # host task, for every job): what is left is written after the block.
+        async with open_bundle_cancelling_body(name=f"job {job.id}") as bundle:
             ctx = JobContext._create(  # pyright: ignore[reportPrivateUsage]
                 job,
                 bundle,
@@ -289,28 +323,22 @@ class Supervisor:
             bundle.start_soon(
                 self._call, fn, ctx, bundle, attempt, name=f"{job.kind} {job.id}"
             )
-            timed_out = await attempt.wait_decided(deadline)
-            if attempt.state is AttemptState.ENDED:
-                return ctx
-            if timed_out:
-                await self._time_out(attempt, bundle)
-                return None
-            if attempt.state is AttemptState.CANCELLING:
+            state = await attempt.wait_decided(deadline)
+            if state is AttemptState.TIMING_OUT:
+                assert job.timeout is not None
+                await self._write(
+                    attempt, JobEvent.TIME_OUT, f"deadline of {job.timeout:g} s passed"
+                )
+                await bundle.cancel(0)
+            elif state is AttemptState.CANCELLING:
                 await self._write(attempt, JobEvent.CANCEL, "cancel requested")
-                report = await bundle.shutdown(self.cancel_grace)
-                how = (
-                    "cooperatively"
-                    if report.hard_cancelled_at is None
-                    else "after a hard cancel"
-                )
-                await self._end(
-                    attempt, ctx, JobEvent.FINISH_CANCEL, f"cancelled {how}"
-                )
-                return None
-            assert self.drain_deadline is not None
-            await bundle.shutdown(max(0.0, self.drain_deadline - trio.current_time()))
+                await bundle.shutdown(self.cancel_grace)
+            elif state is not AttemptState.ENDED:
+                assert self.drain_deadline is not None
+                grace = max(0.0, self.drain_deadline - trio.current_time())
+                await bundle.shutdown(grace)
         assert ctx is not None  # a bundle swallows no exception
-        return ctx
+        return ctx, bundle.cancel_scope.cancel_called
 
     async def _end(
         self,
@@ -329,21 +357,6 @@ class Supervisor:
             failed_subtasks=_json_text(ctx.failed_subtasks),
             progress=_json_text(ctx.progress),
             elapsed=self._elapsed(attempt.job),
-        )
-
-    async def _time_out(self, attempt: Attempt, bundle: Bundle) -> None:
-        job = attempt.job
-        assert job.timeout is not None
-        await self._write(
-            attempt, JobEvent.TIME_OUT, f"deadline of {job.timeout:g} s passed"
-        )
-        await bundle.cancel(0)
-        await self._write(
-            attempt,
-            JobEvent.FINISH_TIME_OUT,
-            "cleanup done",
-            error=f"timed out after {job.timeout:g} s",
-            elapsed=self._elapsed(job),
         )
 
     def _elapsed(self, job: JobRecord) -> float:
