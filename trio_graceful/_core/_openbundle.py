@@ -94,7 +94,7 @@ def open_bundle_cancelling_body(*, name: str) -> _BundleManager:
     usual, except that the body, if still in the block when the children are
     hard-cancelled, is cancelled with them and leaves the block (the bundle's
     own scope catches that `trio.Cancelled`). The children see an ordinary
-    bundle. It costs one nursery and no helper task, and entering the block
+    bundle. It costs one nursery and no host task, and entering the block
     is not a checkpoint.
     """
     return _BundleManager(name, one_level=True)

@@ -337,7 +337,7 @@ class Supervisor:
                 assert self.drain_deadline is not None
                 grace = max(0.0, self.drain_deadline - trio.current_time())
                 await bundle.shutdown(grace)
-        assert ctx is not None  # a bundle swallows no exception
+        assert ctx is not None  # made before the first checkpoint of the block
         return ctx, bundle.cancel_scope.cancel_called
 
     async def _end(
