@@ -360,3 +360,93 @@ async def test_each_job_runs_as_a_child_of_its_own_bundle_one_after_another(
     # Each settlement claimed the next job, which ran in the same task.
     assert len({slot for _, _, slot in seen}) == 1
     assert [(await store.get(job_id)).ended_at for job_id in ids] == [1, 2, 3]
+
+
+async def test_a_subtask_that_raises_fails_its_job_and_not_the_worker(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def broken_subtask() -> None:
+        await trio.sleep(1)
+        raise ValueError("subtask broke")
+
+    async def with_subtask(ctx: JobContext) -> str:
+        current_bundle().start_soon(broken_subtask)
+        await trio.sleep(5)
+        return "never"
+
+    store = mock_store()
+    failing = await store.submit("with subtask")
+    after = await store.submit("quick")
+    functions: dict[str, JobFunction] = {
+        "with subtask": with_subtask,
+        "quick": returns_at_once,
+    }
+    worker = make_worker(store, functions, concurrency=1)
+    async with serving(worker):
+        await wait_for_state(store, after, S.COMPLETED)
+    job = await store.get(failing)
+    assert (job.state, job.error, job.ended_at) == (
+        S.FAILED,
+        "a subtask raised ValueError('subtask broke')",
+        1,
+    )
+    assert job.traceback is not None
+    assert "ValueError: subtask broke" in job.traceback
+    assert (await store.get(after)).ended_at == 1
+    assert worker.statistics().ended == {"failed": 1, "completed": 1}
+
+
+async def returns_at_once(ctx: JobContext) -> None:
+    await trio.lowlevel.checkpoint()
+
+
+async def test_subtasks_that_stop_as_asked_hand_their_job_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def stepping(ctx: JobContext) -> None:
+        while True:
+            await ctx.checkpoint()  # raises JobStopped once asked to stop
+            await trio.sleep(1)
+
+    async def with_subtasks(ctx: JobContext) -> None:
+        for _ in range(2):
+            current_bundle().start_soon(stepping, ctx)
+        await ctx.wait_stop()
+
+    store = mock_store()
+    job_id = await store.submit("with subtasks")
+    worker = make_worker(store, {"with subtasks": with_subtasks}, grace=5)
+    async with serving(worker):
+        await trio.sleep(2.5)
+    job = await store.get(job_id)
+    # STOP at 2.5; each subtask stops at its next checkpoint, at 3.
+    assert (job.state, job.handbacks, job.error) == (S.QUEUED, 1, None)
+    assert audit(await store.events(job_id))[-1] == (S.RUNNING, S.QUEUED, 3)
+    assert worker.statistics().ended == {"queued": 1}
+
+
+async def test_a_timeout_of_a_job_rescued_meanwhile_writes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = mock_store()
+    job_id = await store.submit("stubborn", timeout=3)
+    after = await store.submit("quick")
+    functions: dict[str, JobFunction] = {
+        "stubborn": stubborn,
+        "quick": returns_at_once,
+    }
+    worker = make_worker(store, functions, concurrency=1, lease=30)
+    async with serving(worker):
+        await trio.sleep(1)
+        # As if the worker had stalled past its lease: another worker rescues
+        # the job, and this one's ``timing_out`` at 3 is refused.
+        await store.drop_lease("w1")
+        [rescued] = await store.rescue(rescuer="r")
+        assert rescued.state is S.QUEUED
+        await trio.sleep(3)
+        # The worker is alive and claims again: the rescued job first.
+        await wait_for_state(store, after, S.COMPLETED)
+    events = audit(await store.events(job_id))
+    assert (S.RUNNING, S.TIMING_OUT, 3) not in events
+    assert events[2] == (S.RUNNING, S.QUEUED, 1)
+    assert worker.statistics().ended["running"] == 1

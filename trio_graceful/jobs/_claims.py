@@ -6,7 +6,9 @@ claims the next ones in the same transaction (`JobStore.finish_then_claim`).
 Both go through `Claims`, which counts them and remembers when a claim
 failed: an outage can take the answer of a committed claim with it, so
 before the next claim the jobs running under the worker's id that it does
-not hold are queued again (`JobStore.release_strays`).
+not hold are queued again (`JobStore.release_strays`). `Claims.settle`
+writes each transition of a job the worker holds, with the claim when the
+transition ends the job.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Collection, Generator
+from typing import Any
 
 import attrs
 
 from ._records import JobRecord
+from ._states import TRANSITIONS, IllegalJobTransitionError, JobEvent
 from ._store import JobStore
 
 logger = logging.getLogger("trio_graceful.jobs")
@@ -90,3 +94,58 @@ class Claims:
                 incarnation=self.incarnation,
             )
         return self.count(jobs)
+
+    async def settle(
+        self,
+        job: JobRecord,
+        event: JobEvent,
+        *,
+        reason: str,
+        retry: bool,
+        limit: int,
+        changes: dict[str, Any],
+    ) -> tuple[JobRecord, list[JobRecord]]:
+        """Write ``event`` of ``job``; if it ends the job, claim up to ``limit`` too.
+
+        Returns the job as written and the jobs claimed with it. ``retry``
+        tells a try after one that failed with an outage, which may have
+        been committed all the same (the answer was lost with the
+        connection): that write is then returned, and claims go with first
+        tries only. This is a checkpoint.
+        """
+        store = self.store
+        target = TRANSITIONS[job.state, event]
+        try:
+            if not retry and target.terminal and limit:
+                with self.uncertain_on_failure():
+                    return await store.finish_then_claim(
+                        job.id,
+                        event,
+                        worker=self.worker_id,
+                        attempt=job.attempts,
+                        reason=reason,
+                        limit=limit,
+                        lease=self.lease,
+                        stale_after=self.stale_after,
+                        kinds=self.kinds,
+                        incarnation=self.incarnation,
+                        **changes,
+                    )
+            done = await store.finish(
+                job.id,
+                event,
+                worker=self.worker_id,
+                attempt=job.attempts,
+                reason=reason,
+                **changes,
+            )
+            return done, []
+        except IllegalJobTransitionError:
+            now = await store.get(job.id) if retry else job
+            if (now.state, now.worker, now.attempts) != (
+                target,
+                self.worker_id,
+                job.attempts,
+            ):
+                raise
+            return now, []

@@ -43,6 +43,7 @@ from .._children._threads import ThreadBudget
 from .._core._bundle import Bundle
 from .._core._openbundle import open_bundle_cancelling_body
 from .._core._trace import TraceKind, emit, tracing
+from .._core._util import as_group, first_leaf
 from ._access import StoreAccess
 from ._attempt import Attempt, AttemptEvent, AttemptState
 from ._claims import Claims
@@ -52,10 +53,13 @@ from ._holding import LostJobError
 from ._jsonrule import to_json
 from ._outages import StoreUnavailableError
 from ._records import JobRecord
-from ._states import TRANSITIONS, IllegalJobTransitionError, JobEvent, JobState
+from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._traceback import report_failure
 
 logger = logging.getLogger("trio_graceful.jobs")
+
+# What the supervisor's own writes raise when the job is not its to settle.
+_STORE_ERRORS = (LostJobError, IllegalJobTransitionError, StoreUnavailableError)
 
 
 def _trace(worker_id: str, job_id: str, source: JobState, target: JobState) -> None:
@@ -66,6 +70,30 @@ def _trace(worker_id: str, job_id: str, source: JobState, target: JobState) -> N
             f"job {job_id}",
             detail=f"job {job_id}: {source.value} -> {target.value}",
         )
+
+
+def _subtasks_error(exc: Exception) -> BaseException:
+    """What the job's subtasks raised, out of what left the job's bundle.
+
+    The store's errors, raised by the writes of the bundle's body, are the
+    supervisor's to handle: the first is raised again, on its own. Subtasks
+    that all raised `JobStopped` stopped as asked.
+    """
+    group = as_group(exc)
+    if group is None:
+        return exc
+    ours, _ = group.split(_STORE_ERRORS)
+    if ours is not None:
+        raise first_leaf(ours)
+    _, rest = group.split(JobStopped)
+    return first_leaf(group) if rest is None else group
+
+
+def _failure(error: BaseException) -> str:
+    """The one line a failed job's ``error`` keeps."""
+    if as_group(error) is None:
+        return f"raised {error!r}"
+    return f"a subtask raised {first_leaf(error)!r}"
 
 
 def _json_text(value: object) -> str:
@@ -166,48 +194,15 @@ class Supervisor:
     ) -> None:
         """Write ``event``; after an ending, claim the next jobs in the same trip."""
         job = attempt.job
-        store = self.access.store
-        target = TRANSITIONS[job.state, event]
         tries = 0
 
         async def write() -> tuple[JobRecord, list[JobRecord]]:
             nonlocal tries
             tries += 1
             limit = self.claims.free(len(self.running) - 1)
-            try:
-                if tries == 1 and target.terminal and limit:
-                    claims = self.claims
-                    with claims.uncertain_on_failure():
-                        return await store.finish_then_claim(
-                            job.id,
-                            event,
-                            worker=self.worker_id,
-                            attempt=job.attempts,
-                            reason=reason,
-                            limit=limit,
-                            lease=claims.lease,
-                            stale_after=claims.stale_after,
-                            kinds=claims.kinds,
-                            incarnation=claims.incarnation,
-                            **changes,
-                        )
-                done = await store.finish(
-                    job.id,
-                    event,
-                    worker=self.worker_id,
-                    attempt=job.attempts,
-                    reason=reason,
-                    **changes,
-                )
-                return done, []
-            except IllegalJobTransitionError:
-                # A try that failed with an outage may have been committed
-                # all the same (the answer was lost with the connection).
-                now = await store.get(job.id) if tries > 1 else job
-                expected = (target, self.worker_id)
-                if (now.state, now.worker) != expected or now.attempts != job.attempts:
-                    raise
-                return now, []
+            return await self.claims.settle(
+                job, event, reason=reason, retry=tries > 1, limit=limit, changes=changes
+            )
 
         attempt.job, claimed = await self.access.call(f"settling job {job.id}", write)
         _trace(self.worker_id, job.id, job.state, attempt.job.state)
@@ -272,7 +267,7 @@ class Supervisor:
         elif isinstance(ended, outcome.Error) and not isinstance(
             ended.error, JobStopped
         ):
-            why = f"raised {ended.error!r}"
+            why = _failure(ended.error)
             failure = report_failure(self.worker_id, job, why, ended.error)
             await self._end(attempt, ctx, JobEvent.FAIL, why, traceback=failure)
         elif attempt.cancel_requested:
@@ -309,35 +304,44 @@ class Supervisor:
             await self._report(attempt, progress)
 
         ctx: JobContext | None = None
+        bundle: Bundle | None = None
         # A hard cancel of the job ends this body with it (one nursery, no
         # host task, for every job): what is left is written after the block.
-        async with open_bundle_cancelling_body(name=f"job {job.id}") as bundle:
-            ctx = JobContext._create(  # pyright: ignore[reportPrivateUsage]
-                job,
-                bundle,
-                save,
-                self.access.store.now,
-                self.heartbeat_interval,
-                self.budget,
-            )
-            bundle.start_soon(
-                self._call, fn, ctx, bundle, attempt, name=f"{job.kind} {job.id}"
-            )
-            state = await attempt.wait_decided(deadline)
-            if state is AttemptState.TIMING_OUT:
-                assert job.timeout is not None
-                await self._write(
-                    attempt, JobEvent.TIME_OUT, f"deadline of {job.timeout:g} s passed"
+        try:
+            async with open_bundle_cancelling_body(name=f"job {job.id}") as bundle:
+                ctx = JobContext._create(  # pyright: ignore[reportPrivateUsage]
+                    job,
+                    bundle,
+                    save,
+                    self.access.store.now,
+                    self.heartbeat_interval,
+                    self.budget,
                 )
-                await bundle.cancel(0)
-            elif state is AttemptState.CANCELLING:
-                await self._write(attempt, JobEvent.CANCEL, "cancel requested")
-                await bundle.shutdown(self.cancel_grace)
-            elif state is not AttemptState.ENDED:
-                assert self.drain_deadline is not None
-                grace = max(0.0, self.drain_deadline - trio.current_time())
-                await bundle.shutdown(grace)
-        assert ctx is not None  # made before the first checkpoint of the block
+                bundle.start_soon(
+                    self._call, fn, ctx, bundle, attempt, name=f"{job.kind} {job.id}"
+                )
+                state = await attempt.wait_decided(deadline)
+                if state is AttemptState.TIMING_OUT:
+                    assert job.timeout is not None
+                    await self._write(
+                        attempt,
+                        JobEvent.TIME_OUT,
+                        f"deadline of {job.timeout:g} s passed",
+                    )
+                    await bundle.cancel(0)
+                elif state is AttemptState.CANCELLING:
+                    await self._write(attempt, JobEvent.CANCEL, "cancel requested")
+                    await bundle.shutdown(self.cancel_grace)
+                elif state is not AttemptState.ENDED:
+                    assert self.drain_deadline is not None
+                    grace = max(0.0, self.drain_deadline - trio.current_time())
+                    await bundle.shutdown(grace)
+        except Exception as exc:
+            # The function's own errors are its outcome already (see _call).
+            attempt.outcome = outcome.Error(_subtasks_error(exc))
+        # both made before the first checkpoint of the block
+        assert ctx is not None
+        assert bundle is not None
         return ctx, bundle.cancel_scope.cancel_called
 
     async def _end(
