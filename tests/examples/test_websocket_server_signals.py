@@ -101,6 +101,10 @@ def logged_at(line: str) -> float:
     return stamp.timestamp()
 
 
+# What these tests check is that a drain completes gracefully; a starved
+# machine must not make the default grace (10 s) run out first.
+AMPLE_GRACE = ("--grace", "60")
+
 SLACK = 0.25
 """Seconds a busy server may take from finding nothing left to read to
 logging the CLOSE it sends."""
@@ -166,7 +170,10 @@ async def test_signal_drains_every_received_request_then_closes_1001(signum):
     async def one_round(index: int) -> None:
         rng = random.Random(index)
         plans = [pipelined(1000 * client, 4, rng) for client in range(1, 5)]
-        async with server_process() as server, trio.open_nursery() as nursery:
+        async with (
+            server_process(*AMPLE_GRACE) as server,
+            trio.open_nursery() as nursery,
+        ):
             results: list[ClientRecord] = []
 
             async def clients() -> None:
@@ -199,7 +206,7 @@ async def test_signal_amid_continuous_requests_loses_nothing_read(reject):
             for client in range(1, 5)
         ]
         signum = (signal.SIGTERM, signal.SIGINT)[index % 2]
-        options = ["--reject-during-drain"] if reject else []
+        options = [*AMPLE_GRACE, *(["--reject-during-drain"] if reject else [])]
         async with (
             server_process(*options) as server,
             trio.open_nursery() as nursery,
