@@ -225,6 +225,8 @@ class Connection:
                 if protocol.idle:
                     wait.deadline = trio.current_time() + self._keep_alive
                 while not self._closing:
+                    if self.draining and not self._told:
+                        break  # STOP came while busy: tell the protocol first
                     if self.draining and protocol.idle and await self._fin_if_idle():
                         return  # idle at STOP, with nothing on the way: closed
                     self._receiving = True

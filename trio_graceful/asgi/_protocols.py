@@ -12,15 +12,18 @@ connection is idle. The subclasses here change just that:
   (Hypercorn's, or the socket's, peeked without reading). The requests
   pipelined before STOP are all answered (after the cut-off, with a 503).
 * HTTP/2 (`DrainingH2Protocol`): at STOP a GOAWAY naming the last stream
-  received goes out at once, and the open streams finish; Hypercorn then
-  refuses new streams and closes the connection when it is idle.
+  received goes out at once, and the open streams finish; a stream opened
+  after it is refused. Once every stream it named has ended (its
+  END_STREAM written), a final GOAWAY naming the same stream goes out, and
+  the connection closes after it.
 
-`open_protocol` picks one the way Hypercorn's ``ProtocolWrapper`` does,
+`ServerProtocol` picks one the way Hypercorn's ``ProtocolWrapper`` does,
 including the switches to HTTP/2 that an HTTP/1.1 request may ask for.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -29,7 +32,7 @@ import h11
 from h2.errors import ErrorCodes
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
-from hypercorn.protocol.events import Event as StreamEvent, Response
+from hypercorn.protocol.events import Event as StreamEvent, Response, StreamClosed
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import (
     H2CProtocolRequiredError,
@@ -128,37 +131,142 @@ class DrainingH11Protocol(H11Protocol):
             await self.send(Closed())
 
 
-class DrainingH2Protocol(H2Protocol):
-    """Hypercorn's HTTP/2 protocol, sending GOAWAY as soon as STOP comes."""
+class _Phase(enum.Enum):
+    """Where an HTTP/2 connection is in its drain."""
 
-    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+    SERVING = "serving"  # no GOAWAY yet
+    ANNOUNCED = "announced"  # GOAWAY sent: the streams it names finish
+    CLOSED = "closed"  # they have ended; the final GOAWAY is sent
+
+
+class DrainingH2Protocol(H2Protocol):
+    """Hypercorn's HTTP/2 protocol, sending GOAWAY as soon as STOP comes.
+
+    Port map, against Hypercorn 0.18's ``H2Protocol``. Its drain closes the
+    connection (h2's ``close_connection()``) in ``stream_send``, when a
+    stream's ``StreamClosed`` leaves no stream open. That event follows the
+    app's last body message, whose wait (``StreamBuffer.drain``) ends when
+    the send task has *taken* the last bytes, before it has written them and
+    the stream's END_STREAM: the GOAWAY could overtake them, and h2, closed,
+    then refused the END_STREAM (the send task drops that error), so the
+    client got a response without its end. And ``close_connection()`` names
+    ``highest_inbound_stream_id``, which counts the streams refused since the
+    first GOAWAY. Here:
+
+    * ``_create_stream``: as upstream; first records the highest stream the
+      client opened that goes to the app, the last one a GOAWAY names.
+    * ``_handle_events``: after STOP, a GOAWAY goes out first if none has
+      yet; a stream above the one it names is reset with ``REFUSED_STREAM``
+      (upstream: ``NO_ERROR``), and its other frames are dropped (their data
+      acknowledged, so the connection's window stays right).
+    * ``stream_send``: ``StreamClosed`` closes the stream as upstream, but
+      the connection closes only once drained (below); every other event
+      goes to upstream.
+    * ``_send_data``: upstream's, which writes a stream's END_STREAM and
+      drops its buffer; then the same check.
+    * ``handle``: once the final GOAWAY is out, what the client still sends
+      is dropped: h2, closed, would answer any frame with a second GOAWAY,
+      ``PROTOCOL_ERROR``.
+    * ``idle``: after STOP, true only once the final GOAWAY is out, so that
+      the connection closes after it and not before.
+
+    Drained means: no stream open (upstream's ``idle``) and no stream buffer
+    left, each buffer being dropped only after its END_STREAM (or its
+    stream's reset). The final GOAWAY is h2's own, ``NO_ERROR``, naming the
+    same stream as the first.
+    """
+
+    _phase = _Phase.SERVING
+    # The highest stream the client opened that went to the app.
+    _accepted = 0
+    # The last stream the GOAWAYs name, fixed by the first.
+    _last_stream_id = 0
+
+    @property
+    def idle(self) -> bool:
+        """True if no stream is open; after STOP, once the final GOAWAY is out."""
         if self.context.terminated.is_set():
-            # Refuse a stream opened after STOP with REFUSED_STREAM, which
-            # tells the client it was not processed and may be retried
-            # (Hypercorn resets it with NO_ERROR), and drop its other frames.
-            refused = {
-                event.stream_id
-                for event in events
-                if isinstance(event, h2.events.RequestReceived)
-            }
-            for stream_id in refused:
-                self.connection.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
-            events = [event for event in events if _stream_of(event) not in refused]
-        await super()._handle_events(events)
+            return self._phase is _Phase.CLOSED
+        return super().idle
 
     async def begin_drain(self) -> None:
         """Announce the shutdown: GOAWAY now, the open streams finish."""
-        if self.idle:
-            self.connection.close_connection()
-        else:
+        if self._phase is _Phase.SERVING:
+            await self._announce()
+        await self._close_if_drained()
+
+    async def handle(self, event: Event) -> None:
+        if isinstance(event, RawData) and event.data and self._phase is _Phase.CLOSED:
+            return
+        await super().handle(event)
+
+    async def stream_send(self, event: StreamEvent) -> None:
+        if not isinstance(event, StreamClosed):
+            await super().stream_send(event)
+            return
+        await self._close_stream(event.stream_id)
+        await self._close_if_drained()
+        await self.send(Updated(idle=self.idle))
+
+    async def _send_data(self, stream_id: int) -> None:
+        await super()._send_data(stream_id)
+        await self._close_if_drained()
+
+    async def _create_stream(self, request: h2.events.RequestReceived) -> None:
+        if request.stream_id % 2:  # opened by the client; a push's is even
+            self._accepted = max(self._accepted, request.stream_id)
+        await super()._create_stream(request)
+
+    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+        if not self.context.terminated.is_set():
+            await super()._handle_events(events)
+            return
+        if self._phase is _Phase.SERVING:
+            await self._announce()
+        # A stream opened after the GOAWAY is refused: REFUSED_STREAM tells
+        # the client that it was not processed and may be retried.
+        refused = {
+            event.stream_id
+            for event in events
+            if isinstance(event, h2.events.RequestReceived)
+            and event.stream_id > self._last_stream_id
+        }
+        for stream_id in refused:
+            self.connection.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+        kept: list[h2.events.Event] = []
+        for event in events:
+            if _stream_of(event) not in refused:
+                kept.append(event)
+            elif isinstance(event, h2.events.DataReceived):
+                self.connection.acknowledge_received_data(
+                    event.flow_controlled_length, event.stream_id
+                )
+        await super()._handle_events(kept)
+        await self._close_if_drained()
+
+    @property
+    def _drained(self) -> bool:
+        return super().idle and not self.stream_buffers
+
+    async def _announce(self) -> None:
+        """Fix the last stream to answer; send the first GOAWAY unless drained."""
+        self._phase = _Phase.ANNOUNCED
+        self._last_stream_id = self._accepted
+        if not self._drained:
             # h2's close_connection() would refuse to send anything more, so
-            # the first GOAWAY is written by hand; Hypercorn sends h2's own
-            # when the last stream has ended.
-            frame = GoAwayFrame(
-                0, last_stream_id=self.connection.highest_inbound_stream_id
-            )
+            # the first GOAWAY is written by hand.
+            await self._flush()
+            frame = GoAwayFrame(0, last_stream_id=self._last_stream_id)
             await self.send(RawData(data=frame.serialize()))
+
+    async def _close_if_drained(self) -> None:
+        """After the first GOAWAY, once drained: the final one; then idle."""
+        if self.closed or self._phase is not _Phase.ANNOUNCED or not self._drained:
+            return
+        self._phase = _Phase.CLOSED
+        self.connection.close_connection(last_stream_id=self._last_stream_id)
         await self._flush()
+        await self.send(Updated(idle=True))
 
 
 def _stream_of(event: h2.events.Event) -> int | None:
