@@ -117,6 +117,22 @@ async def test_streams_cut_off_get_a_503_or_their_end(
     ]
 
 
+async def test_a_client_that_leaves_does_not_hold_the_drain(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A client that gives up on reading the GOAWAY (httpx does): the app's
+    # response can no longer be sent, and its wait for that ends at once.
+    async with serving(make_app(Log()), tmp_path) as served:
+        client = await connect(served)
+        await client.get("/work?s=1")
+        await trio.sleep(0.5)
+        async with served.stopping(10):
+            await read_until_goaway(client)
+            await client.stream.aclose()
+    assert trio.current_time() == 1  # the app's end, not the cut-off at 9.5
+    assert served.server.statistics().requests_cut_off == 0
+
+
 @attrs.define(eq=False)
 class Wire:
     """The protocol's side of a connection whose every write takes a while.

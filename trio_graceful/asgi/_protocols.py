@@ -166,7 +166,9 @@ class DrainingH2Protocol(H2Protocol):
       drops its buffer; then the same check.
     * ``handle``: once the final GOAWAY is out, what the client still sends
       is dropped: h2, closed, would answer any frame with a second GOAWAY,
-      ``PROTOCOL_ERROR``.
+      ``PROTOCOL_ERROR``. When the connection closes, upstream's send task
+      ends but leaves the stream buffers open, so an app waiting for its
+      last body to go out waited until the cut-off: they are closed here.
     * ``idle``: after STOP, true only once the final GOAWAY is out, so that
       the connection closes after it and not before.
 
@@ -199,6 +201,10 @@ class DrainingH2Protocol(H2Protocol):
         if isinstance(event, RawData) and event.data and self._phase is _Phase.CLOSED:
             return
         await super().handle(event)
+        if isinstance(event, Closed):
+            # Nothing will be sent any more: end the apps' waits to send.
+            for buffer in list(self.stream_buffers.values()):
+                await buffer.close()
 
     async def stream_send(self, event: StreamEvent) -> None:
         if not isinstance(event, StreamClosed):
