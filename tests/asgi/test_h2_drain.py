@@ -133,6 +133,39 @@ async def test_a_client_that_leaves_does_not_hold_the_drain(
     assert served.server.statistics().requests_cut_off == 0
 
 
+async def test_stop_while_the_connection_is_busy_still_sends_the_goaway(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # STOP comes while the connection handles what it read (a write waits
+    # for a slow client, say): the GOAWAY goes out once it is done, not when
+    # the client next sends something.
+    handle = DrainingH2Protocol.handle
+
+    async def busy_handle(self: DrainingH2Protocol, event: Event) -> None:
+        await handle(self, event)
+        if isinstance(event, RawData) and PING in event.data:
+            await trio.sleep(1)  # the PING's ACK is still being written
+
+    monkeypatch.setattr(DrainingH2Protocol, "handle", busy_handle)
+    async with serving(make_app(Log()), tmp_path) as served:
+        client = await connect(served)
+        [first] = await client.get("/work")
+        await client.read_until_ended(first)  # the SETTINGS are acknowledged
+        [stream_id] = await client.get("/work?s=3")
+        await trio.sleep(0.5)
+        await client.stream.send_all(PING)
+        await trio.testing.wait_all_tasks_blocked()
+        async with served.stopping(10):
+            await read_until_goaway(client)
+            assert trio.current_time() == 1.5
+            await client.read_to_the_end()
+            assert trio.current_time() == 3
+            await client.stream.aclose()
+    check_drain(client, {first: b"done", stream_id: b"done"}, [])
+
+
 @attrs.define(eq=False)
 class Wire:
     """The protocol's side of a connection whose every write takes a while.
