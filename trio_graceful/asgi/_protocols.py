@@ -157,8 +157,9 @@ class DrainingH2Protocol(H2Protocol):
       client opened that goes to the app, the last one a GOAWAY names.
     * ``_handle_events``: after STOP, a GOAWAY goes out first if none has
       yet; a stream above the one it names is reset with ``REFUSED_STREAM``
-      (upstream: ``NO_ERROR``), and its other frames are dropped (their data
-      acknowledged, so the connection's window stays right).
+      (upstream: ``NO_ERROR``, and ``MAX_CONCURRENT_STREAMS`` set to 0),
+      and its other frames are dropped (their data acknowledged, so the
+      connection's window stays right); the rest goes to upstream.
     * ``stream_send``: ``StreamClosed`` closes the stream as upstream, but
       the connection closes only once drained (below); every other event
       goes to upstream.
@@ -175,7 +176,8 @@ class DrainingH2Protocol(H2Protocol):
     Drained means: no stream open (upstream's ``idle``) and no stream buffer
     left, each buffer being dropped only after its END_STREAM (or its
     stream's reset). The final GOAWAY is h2's own, ``NO_ERROR``, naming the
-    same stream as the first.
+    same stream as the first. The phase (`_Phase`) only advances, and each
+    step has one writer: ``_announce``, then ``_close_if_drained``.
     """
 
     _phase = _Phase.SERVING
