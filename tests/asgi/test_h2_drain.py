@@ -68,7 +68,8 @@ async def test_every_stream_the_goaway_names_ends_then_a_fin(
         async with served.stopping(10):
             await read_until_goaway(client)
             assert trio.current_time() == 0.5  # at once
-            # Sent before this client read the GOAWAY: refused, not processed.
+            # Opened after the GOAWAY, as by a client that has not read it yet:
+            # refused, not processed.
             refused = await client.get("/work")
             await client.read_to_the_end()
             assert trio.current_time() == 1.5  # the FIN, once the last ended
