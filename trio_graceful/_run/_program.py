@@ -32,7 +32,6 @@ run ended (``_exitcodes.exit_status``), whose facts ``_outcome`` keeps.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import Final, Literal, final
@@ -41,6 +40,7 @@ import trio
 
 from .._core._bundle import Bundle
 from .._core._cancellation import log_as_news
+from .._core._log import library_logger
 from .._core._openbundle import open_bundle
 from .._core._util import (
     signal_name,
@@ -59,7 +59,7 @@ from ._signals import SignalRelay
 from ._stages import Move, Stage, Stages
 from ._watchdog import Watchdog
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 SHOW_INTERNALS_VARIABLE: Final = "TRIO_GRACEFUL_SHOW_INTERNALS"
 """Set to a non-empty value other than ``0`` to show the frames of trio and

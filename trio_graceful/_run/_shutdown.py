@@ -31,13 +31,14 @@ import attrs
 import trio
 
 from .._core._bundle import Bundle
+from .._core._log import library_logger
 from .._core._util import signal_name
 from ._gcdeferral import GcHold
 from ._stages import Move, Stage, Stages
 from ._stoptime import StopTimes
 from ._watchdog import Watchdog
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 
 def format_grace(grace: float) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import socket
 import traceback
 from typing import cast
@@ -11,10 +10,11 @@ import trio
 from hypercorn.config import Config, Sockets
 
 from .._core._bundle import Bundle
+from .._core._log import library_logger
 from ._connection import Connection
 from ._core import ServerCore
 
-logger = logging.getLogger("trio_graceful.asgi")
+logger = library_logger("trio_graceful.asgi")
 
 Listener = trio.SocketListener | trio.SSLListener[trio.SocketStream]
 
