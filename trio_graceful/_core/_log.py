@@ -18,7 +18,10 @@ before any handler sees it; a record without one is left as it is.
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Final, final
+
+from ._util import as_group
 
 
 def escape_surrogates(text: str) -> str:
@@ -31,6 +34,20 @@ def escape_surrogates(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def one_line(exc: BaseException) -> str:
+    """Return ``exc`` as the last line of its traceback says it, on one line.
+
+    ``OSError: [Errno 98] Address already in use``. A group of one
+    exception is said as that exception. Not a checkpoint.
+    """
+    group = as_group(exc)
+    while group is not None and len(group.exceptions) == 1:
+        exc = group.exceptions[0]
+        group = as_group(exc)
+    text = traceback.format_exception_only(type(exc), exc)[0]
+    return " ".join(text.split())
 
 
 @final

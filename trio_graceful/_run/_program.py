@@ -40,7 +40,7 @@ import trio
 
 from .._core._bundle import Bundle
 from .._core._cancellation import log_as_news
-from .._core._log import library_logger
+from .._core._log import library_logger, one_line
 from .._core._openbundle import open_bundle
 from .._core._util import (
     signal_name,
@@ -308,10 +308,25 @@ class Program:
     def fail(
         self, message: str, exc: BaseException | None, startup: bool = False
     ) -> None:
-        """Log a failure once, set the exit status, begin the shutdown."""
-        logger.error("%s", message, exc_info=exc)
+        """Log a failure once, set the exit status, begin the shutdown.
+
+        A failure after the program was ready is a bug to look into: its
+        traceback is logged with it. A startup failure is most often the
+        operator's to fix (a port in use, a missing file, a bad setting):
+        one line says what it was, the traceback goes to DEBUG, and so does
+        the rollback that follows, whose lines would only bury it.
+        """
+        if not startup:
+            logger.error("%s", message, exc_info=exc)
+        elif exc is None:
+            logger.error("%s", message)
+        else:
+            logger.error("%s: %s", message, one_line(exc))
+            logger.debug("%s", message, exc_info=exc)
+        if startup:
+            log_as_news(-1)  # the rollback's bundles log at DEBUG
         self._outcome.failed(startup=startup)
-        self.begin_shutdown(message)
+        self._shutdown.begin(message, quiet=startup)
 
     # -- the shutdown's hooks ------------------------------------------------------
 
