@@ -6,8 +6,10 @@ import functools
 import inspect
 import logging
 import re
+import socket
 import ssl
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +17,23 @@ import pytest
 import trio
 import trio.testing
 import trustme
+import wsproto
+import wsproto.events
 from hypercorn.config import Config
 from hypercorn.utils import LifespanTimeoutError
 
 import trio_graceful
 import trio_graceful.asgi
 from tests.asgi.apps import Log, make_app
-from tests.asgi.support import Receive, Scope, Send, lifespan_only, serving
+from tests.asgi.support import (
+    RawClient,
+    Receive,
+    Scope,
+    Send,
+    Served,
+    lifespan_only,
+    serving,
+)
 from trio_graceful.asgi._config import FIELDS, HONOURED, OnlyWith, Refused
 
 DOCS = Path(__file__).parents[2] / "docs" / "asgi.rst"
@@ -372,24 +384,156 @@ async def test_umask_sets_the_mode_of_the_unix_socket(
     assert mode & 0o077 == 0
 
 
-async def test_insecure_bind_listens_beside_tls(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+def _pending_connections(path: Path) -> int:
+    """Connect to ``path`` until the listen queue is full; return how many got in.
+
+    Nothing here is a checkpoint: the server accepts none of them meanwhile.
+    """
+    clients: list[socket.socket] = []
+    try:
+        while len(clients) < 200:
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            clients.append(client)
+            client.setblocking(False)
+            try:
+                client.connect(str(path))
+            except BlockingIOError:
+                return len(clients) - 1
+        return len(clients)
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.mark.parametrize("backlog", [2, 100])
+async def test_backlog_is_the_listen_queue_of_each_socket(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, backlog: int
 ) -> None:
-    authority = trustme.CA()
-    certificate = authority.issue_cert("127.0.0.1")
+    config = _config(backlog=backlog)
+    async with serving(make_app(Log()), tmp_path, config=config):
+        # Linux lets one more than the backlog wait on a Unix socket.
+        assert _pending_connections(tmp_path / "server.sock") == backlog + 1
+
+
+@pytest.fixture
+def tls_files() -> Iterator[tuple[str, str]]:
+    certificate = trustme.CA().issue_cert("127.0.0.1")
     with (
         certificate.private_key_pem.tempfile() as key,
         certificate.cert_chain_pems[0].tempfile() as cert,
     ):
-        plain = tmp_path / "plain.sock"
-        config = _config(
-            certfile=cert,
-            keyfile=key,
-            insecure_bind=f"unix:{plain}",
-            alpn_protocols=["http/1.1"],
+        yield cert, key
+
+
+async def test_ssl_handshake_timeout_closes_a_client_that_does_not_shake_hands(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    tls_files: tuple[str, str],
+) -> None:
+    cert, key = tls_files
+    config = _config(certfile=cert, keyfile=key, ssl_handshake_timeout=4)
+    assert await _silent_client_closed_after(tmp_path, config, b"") == 4
+
+
+async def test_insecure_bind_listens_beside_tls(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    tls_files: tuple[str, str],
+) -> None:
+    cert, key = tls_files
+    plain = tmp_path / "plain.sock"
+    config = _config(certfile=cert, keyfile=key, insecure_bind=f"unix:{plain}")
+    async with serving(make_app(Log()), tmp_path, config=config) as served:
+        assert served.server.urls == (
+            f"https://unix:{tmp_path / 'server.sock'}",
+            f"http://unix:{plain}",
         )
+        client = RawClient(await trio.open_unix_socket(str(plain)))
+        served.clients.append(client)
+        await client.send("/work")
+        assert (await client.answer()).status == 200
+
+
+async def _websocket(served: Served) -> tuple[RawClient, wsproto.WSConnection]:
+    """Open a WebSocket to the server; return its stream and wsproto's state."""
+    client = await served.connect()
+    ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+    await client.send_raw(ws.send(wsproto.events.Request(host="x", target="/ws")))
+    ws.receive_data(bytes(await client.stream.receive_some()))
+    assert isinstance(next(ws.events()), wsproto.events.AcceptConnection)
+    return client, ws
+
+
+async def _next_event(client: RawClient, ws: wsproto.WSConnection) -> object:
+    while True:
+        for event in ws.events():
+            return event
+        ws.receive_data(bytes(await client.stream.receive_some()) or None)
+
+
+async def test_websocket_ping_interval_pings_the_client(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    config = _config(websocket_ping_interval=5)
+    async with serving(make_app(Log()), tmp_path, config=config) as served:
+        client, ws = await _websocket(served)
+        start = trio.current_time()
+        pings: list[float] = []
+        while len(pings) < 3:
+            event = await _next_event(client, ws)
+            assert isinstance(event, wsproto.events.Ping)
+            pings.append(trio.current_time() - start)
+    assert pings == [0, 5, 10]
+
+
+async def test_websocket_max_message_size_closes_with_1009(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    config = _config(websocket_max_message_size=100)
+    async with serving(make_app(Log()), tmp_path, config=config) as served:
+        client, ws = await _websocket(served)
+        await client.send_raw(ws.send(wsproto.events.TextMessage(data="x" * 50)))
+        echoed = await _next_event(client, ws)
+        assert isinstance(echoed, wsproto.events.TextMessage)
+        await client.send_raw(ws.send(wsproto.events.TextMessage(data="x" * 101)))
+        closed = await _next_event(client, ws)
+        assert isinstance(closed, wsproto.events.CloseConnection)
+        assert closed.code == 1009
+
+
+async def test_errorlog_gets_the_errors_of_the_app(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    errors = logging.getLogger("tests.asgi.errorlog")
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    errors.addHandler(keep := Keep())
+    try:
+        config = _config(errorlog=errors)
         async with serving(make_app(Log()), tmp_path, config=config) as served:
-            assert served.server.urls == (
-                f"https://unix:{tmp_path / 'server.sock'}",
-                f"http://unix:{plain}",
-            )
+            assert (await (await served.request("/fail")).answer()).status == 500
+    finally:
+        errors.removeHandler(keep)
+    assert lines == ["Error in ASGI Framework"]
+
+
+async def _headers_app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        await lifespan_only(receive, send)
+        return
+    names = b",".join(name for name, _ in scope["headers"])
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": names})
+
+
+@pytest.mark.parametrize(("raw", "names"), [(False, b"host"), (True, b"Host")])
+async def test_h11_pass_raw_headers_keeps_the_case_of_header_names(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, raw: bool, names: bytes
+) -> None:
+    config = _config(h11_pass_raw_headers=raw)
+    async with serving(_headers_app, tmp_path, config=config) as served:
+        assert (await (await served.request("/")).answer()).body == names
