@@ -173,8 +173,6 @@ FIELDS: Final[dict[str, Rule]] = {
 
 # Values of a refused field that are accepted although not the default.
 _ALSO_ACCEPTED: Final[dict[str, tuple[object, ...]]] = {"worker_class": ("trio",)}
-# Fields that cannot be read (write-only), or are made when read.
-_UNREAD: Final = frozenset({"cert_reqs", "log", "ssl_enabled"})
 
 
 def server_config(config: Config | None, bind: str | Sequence[str] | None) -> Config:
@@ -221,8 +219,8 @@ def check_config(config: Config) -> None:
     """
     default = Config()
     for name, rule in FIELDS.items():
-        if rule is HONOURED or name in _UNREAD:
-            continue
+        if rule is HONOURED:
+            continue  # cert_reqs (write-only) and log (made when read) among them
         value = getattr(config, name, _MISSING)
         if value == getattr(default, name, _MISSING):
             continue
