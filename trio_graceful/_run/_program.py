@@ -66,6 +66,26 @@ SHOW_INTERNALS_VARIABLE: Final = "TRIO_GRACEFUL_SHOW_INTERNALS"
 trio_graceful in the emergency report."""
 
 
+def _log_failure(message: str, exc: BaseException | None, *, startup: bool) -> None:
+    """Log a failure of the run, with ``message``.
+
+    A failure after the program was ready is a bug to look into: its
+    traceback is logged with it. A startup failure is most often the
+    operator's to fix (a port in use, a missing file, a bad setting): one
+    line says what it was, and the traceback goes to DEBUG, as do the
+    summaries of the rollback that follows, whose lines would only bury it.
+    """
+    if not startup:
+        logger.error("%s", message, exc_info=exc)
+        return
+    if exc is None:
+        logger.error("%s", message)
+    else:
+        logger.error("%s: %s", message, one_line(exc))
+        logger.debug("%s", message, exc_info=exc)
+    log_as_news(-1)  # the rollback's bundles log at DEBUG
+
+
 PID_1_WARNING: Final = (
     "running as PID 1: orphaned processes will not be reaped and signals "
     "without a handler are ignored; run the program under an init "
@@ -310,21 +330,10 @@ class Program:
     ) -> None:
         """Log a failure once, set the exit status, begin the shutdown.
 
-        A failure after the program was ready is a bug to look into: its
-        traceback is logged with it. A startup failure is most often the
-        operator's to fix (a port in use, a missing file, a bad setting):
-        one line says what it was, the traceback goes to DEBUG, and so does
-        the rollback that follows, whose lines would only bury it.
+        A startup failure's shutdown, which only rolls back, logs at DEBUG
+        (see `_log_failure`).
         """
-        if not startup:
-            logger.error("%s", message, exc_info=exc)
-        elif exc is None:
-            logger.error("%s", message)
-        else:
-            logger.error("%s: %s", message, one_line(exc))
-            logger.debug("%s", message, exc_info=exc)
-        if startup:
-            log_as_news(-1)  # the rollback's bundles log at DEBUG
+        _log_failure(message, exc, startup=startup)
         self._outcome.failed(startup=startup)
         self._shutdown.begin(message, quiet=startup)
 
