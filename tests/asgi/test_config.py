@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import logging
 import re
@@ -537,3 +538,18 @@ async def test_h11_pass_raw_headers_keeps_the_case_of_header_names(
     config = _config(h11_pass_raw_headers=raw)
     async with serving(_headers_app, tmp_path, config=config) as served:
         assert (await (await served.request("/")).answer()).body == names
+
+
+async def test_the_statsd_socket_is_closed_when_the_start_fails(
+    tmp_path: Path,
+) -> None:
+    config = _config(statsd_host="127.0.0.1:9", bind=f"unix:{tmp_path}")
+    async with trio_graceful.open_bundle() as bundle:
+        _, inbox = bundle.open_inbox()
+        with pytest.raises(OSError, match=f"cannot listen on unix:{tmp_path}"):
+            await bundle.start(
+                functools.partial(
+                    trio_graceful.asgi.serve_asgi, inbox, make_app(Log()), config=config
+                )
+            )
+    gc.collect()  # an unclosed socket would warn here, and warnings are errors

@@ -164,6 +164,9 @@ async def serve_asgi(
         OSError: if an address cannot be bound.
         hypercorn.utils.LifespanFailureError: if the app's lifespan startup
             failed (before the server is ready), or its shutdown.
+        hypercorn.utils.LifespanTimeoutError: if the lifespan's startup took
+            longer than ``config.startup_timeout``, or its shutdown longer
+            than ``config.shutdown_timeout``.
     """
     reserve = check_seconds("reserve", reserve)
     if thread_tokens is not None:
@@ -174,6 +177,21 @@ async def serve_asgi(
     # Hypercorn's logger applies logconfig and opens the log files when it
     # is made: before anything starts, as Hypercorn's worker does.
     log = config.log
+    try:
+        await _serve(inbox, app, config, reserve, thread_tokens, task_status)
+    finally:
+        if isinstance(log, StatsdLogger):
+            log.socket.close()  # Hypercorn's worker leaves it to the process's end
+
+
+async def _serve(
+    inbox: InboxReceiver[Any],
+    app: object,
+    config: Config,
+    reserve: float,
+    thread_tokens: int | None,
+    task_status: trio.TaskStatus[AsgiServer],
+) -> None:
     budget = share_default_thread_limiter(thread_tokens)
     core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config, budget)
     parent = parent_bundle()
@@ -204,8 +222,6 @@ async def serve_asgi(
     finally:
         for listener in listeners:
             await trio.aclose_forcefully(listener)
-        if isinstance(log, StatsdLogger):
-            log.socket.close()  # Hypercorn's worker leaves it to the process's end
 
 
 @contextlib.contextmanager
