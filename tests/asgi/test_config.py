@@ -553,3 +553,17 @@ async def test_the_statsd_socket_is_closed_when_the_start_fails(
                 )
             )
     gc.collect()  # an unclosed socket would warn here, and warnings are errors
+
+
+@pytest.mark.parametrize("value", ["5", True])
+def test_read_timeout_must_be_a_number_of_seconds(value: object) -> None:
+    from trio_graceful.asgi._config import server_config
+
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            f"config.read_timeout must be None or a number of seconds, not {value!r}"
+        )
+        + "$",
+    ):
+        server_config(_config(read_timeout=value), None)
