@@ -48,6 +48,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -73,8 +74,16 @@ class State:
 
 
 def load_state(path: Path) -> State:
-    """Read the state; a missing file means a first run."""
-    return State(**json.loads(path.read_text())) if path.exists() else State()
+    """Read the state; a missing file means a first run.
+
+    A file that cannot be read, or a folder where it cannot be saved, fails
+    the startup rather than the shutdown.
+    """
+    if path.exists():
+        return State(**json.loads(path.read_text()))
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"no folder {str(path.parent)!r} for the state file")
+    return State()
 
 
 def save_state(path: Path, state: State) -> None:
@@ -268,15 +277,26 @@ async def dispatch(
         respond(request_id, error={"code": -32601, "message": "method not found"})
 
 
+def _period(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"heartbeat must be a positive number of seconds, not {text!r}"
+        )
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the service, return its exit status."""
     parser = argparse.ArgumentParser(
         description="A stdio service with the shape of an MCP server."
     )
     parser.add_argument("--state", default="stdio_service_state.json")
-    parser.add_argument("--grace", type=float, default=5.0)
-    parser.add_argument("--unwind-budget", type=float, default=2.0)
-    parser.add_argument("--heartbeat", type=float, default=1.0)
+    parser.add_argument("--heartbeat", type=_period, default=1.0)
+    trio_graceful.add_run_arguments(parser, grace=5.0, unwind_budget=2.0)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
@@ -285,9 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         serve,
         Path(args.state),
         args.heartbeat,
-        grace=args.grace,
-        unwind_budget=args.unwind_budget,
         name="stdio_service",
+        **trio_graceful.run_arguments(args),
     )
 
 

@@ -17,6 +17,7 @@ the 5 seconds of grace are up.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 
@@ -79,15 +80,26 @@ async def serve(
         print(report.summary())
 
 
-async def main(port: int = PORT) -> None:
+async def main(
+    port: int = PORT, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Ready once it listens: a port in use fails the startup, in one line."""
     _, inbox = trio_graceful.current_runner().root.open_inbox()  # STOP comes here
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(functools.partial(serve, inbox, port=port))
         host, port = listeners[0].socket.getsockname()[:2]
         print(f"listening on {host}:{port}", flush=True)
+        task_status.started()
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"port must be from 0 to 65535, not {text!r}")
+    return int(text)
 
 
 if __name__ == "__main__":
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else PORT
+    parser = argparse.ArgumentParser(description="A TCP echo server.")
+    parser.add_argument("port", type=_port, nargs="?", default=PORT)
     # One second more than the connections get, to close and report.
-    sys.exit(trio_graceful.run(main, port, grace=GRACE + 1))
+    sys.exit(trio_graceful.run(main, parser.parse_args().port, grace=GRACE + 1))

@@ -642,6 +642,7 @@ def test_one_deadline_bounds_the_whole_shutdown():
 
 
 def test_a_failing_start_rolls_back_in_reverse_and_exits_1(caplog):
+    caplog.set_level(logging.DEBUG, logger="trio_graceful")
     timeline = Timeline()
     service = service_for(timeline)
 
@@ -665,10 +666,18 @@ def test_a_failing_start_rolls_back_in_reverse_and_exits_1(caplog):
         (2, "cache stopped"),
         (2, "config closed"),
     ]
-    (failure,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert failure.getMessage() == "startup failed"
-    assert failure.exc_info is not None
-    assert repr(failure.exc_info[1]) == "ConnectionError('no database')"
+    # One line says what failed; the traceback is at DEBUG, and so is the
+    # rollback, whose lines would bury it.
+    (failure,) = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert failure.levelno == logging.ERROR
+    assert failure.getMessage() == "startup failed: ConnectionError: no database"
+    assert failure.exc_info is None
+    (traceback,) = [r for r in caplog.records if r.exc_info is not None]
+    assert (traceback.levelno, traceback.getMessage()) == (
+        logging.DEBUG,
+        "startup failed",
+    )
+    assert repr(traceback.exc_info[1]) == "ConnectionError('no database')"
 
 
 def test_startup_failure_status_can_differ_from_error():

@@ -63,10 +63,20 @@ async def test_an_address_in_use_fails_the_start() -> None:
         host, port = served.server.addresses[0]
         await _fails_to_serve(
             OSError,
-            "Address already in use",
+            rf"^\[Errno 98\] cannot listen on {host}:{port}: Address already in use$",
             app=make_app(Log()),
             bind=f"{host}:{port}",
         )
+
+
+async def test_an_address_of_another_host_fails_the_start() -> None:
+    # TEST-NET-1 (RFC 5737): no interface of this machine has it.
+    await _fails_to_serve(
+        OSError,
+        r"^\[Errno 99\] cannot listen on 192\.0\.2\.1:0: Cannot assign requested",
+        app=make_app(Log()),
+        bind="192.0.2.1:0",
+    )
 
 
 async def test_a_failed_lifespan_startup_fails_the_start() -> None:

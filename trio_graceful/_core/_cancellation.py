@@ -70,7 +70,8 @@ def log_as_news(depth: int) -> None:
 
     For the current Trio run: 0 (the default) means top-level bundles only.
     The runner, whose own bundles are the top level, sets 1 so that what a
-    program's ``main`` opens is reported too.
+    program's ``main`` opens is reported too, and -1 (none) for the rollback
+    of a failed startup.
     """
     _news_depth.set(depth)
 

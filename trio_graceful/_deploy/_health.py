@@ -35,7 +35,6 @@ No client can hold the endpoint, and none can keep a probe out:
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
@@ -47,9 +46,10 @@ import trio
 
 from .._children._admission import check_positive_int
 from .._core._inboxreceiver import InboxReceiver
+from .._core._log import library_logger
 from .._core._util import NoPublicConstructor
 
-logger = logging.getLogger("trio_graceful.health")
+logger = library_logger("trio_graceful.health")
 
 _CHUNK: Final = 65536
 # How long a closing connection waits for its client to read the last answer

@@ -44,9 +44,10 @@ from typing import Final, final
 
 import attrs
 
+from .._core._log import library_logger
 from .._core._util import NoPublicConstructor, check_seconds
 
-logger = logging.getLogger("trio_graceful.sdnotify")
+logger = library_logger("trio_graceful.sdnotify")
 
 ENVIRONMENT: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 """The variables `notifier_from_environment` reads (and removes by default)."""

@@ -30,6 +30,7 @@ from typing import Final, cast, final
 import attrs
 import trio
 
+from .._core._log import library_logger
 from .._core._statetable import (
     describe_sources,
     legal_sources as table_sources,
@@ -38,7 +39,7 @@ from .._core._statetable import (
 from .._core._trace import TraceKind, emit, tracing
 from .._core._util import NoPublicConstructor
 
-logger = logging.getLogger("trio_graceful.lifecycle")
+logger = library_logger("trio_graceful.lifecycle")
 
 
 class LifecycleState(enum.Enum):

@@ -9,15 +9,15 @@ sort what the root bundle raised into those kinds.
 
 from __future__ import annotations
 
-import logging
 from typing import Literal, final
 
 import trio
 
+from .._core._log import library_logger
 from .._core._util import as_group, first_leaf
 from ._exitcodes import Ending, ExitCodes, exit_status
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 
 def interrupt_of(exc: BaseException) -> BaseException | None:

@@ -21,13 +21,13 @@ Two audiences, two mechanisms; this module is the policy over both:
 from __future__ import annotations
 
 import functools
-import logging
 import math
 from collections.abc import Callable
 from typing import Final, final
 
 import trio
 
+from .._core._log import library_logger
 from .._deploy._health import HealthAnswer
 from .._deploy._healthserve import open_health_listeners, serve_health
 from .._deploy._sdnotify import notifier_from_environment
@@ -36,7 +36,7 @@ from ._programstatus import ProgramStatus
 from ._services import ServiceStack
 from ._stoptime import Part, StopTimes
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 PROGRESS_INTERVAL: Final = 1.0
 """Seconds between two ``STATUS=`` lines of a shutdown under systemd."""

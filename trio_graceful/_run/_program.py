@@ -32,7 +32,6 @@ run ended (``_exitcodes.exit_status``), whose facts ``_outcome`` keeps.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import Final, Literal, final
@@ -41,6 +40,7 @@ import trio
 
 from .._core._bundle import Bundle
 from .._core._cancellation import log_as_news
+from .._core._log import library_logger, one_line
 from .._core._openbundle import open_bundle
 from .._core._util import (
     signal_name,
@@ -59,11 +59,31 @@ from ._signals import SignalRelay
 from ._stages import Move, Stage, Stages
 from ._watchdog import Watchdog
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 SHOW_INTERNALS_VARIABLE: Final = "TRIO_GRACEFUL_SHOW_INTERNALS"
 """Set to a non-empty value other than ``0`` to show the frames of trio and
 trio_graceful in the emergency report."""
+
+
+def _log_failure(message: str, exc: BaseException | None, *, startup: bool) -> None:
+    """Log a failure of the run, with ``message``.
+
+    A failure after the program was ready is a bug to look into: its
+    traceback is logged with it. A startup failure is most often the
+    operator's to fix (a port in use, a missing file, a bad setting): one
+    line says what it was, and the traceback goes to DEBUG, as do the
+    summaries of the rollback that follows, whose lines would only bury it.
+    """
+    if not startup:
+        logger.error("%s", message, exc_info=exc)
+        return
+    if exc is None:
+        logger.error("%s", message)
+    else:
+        logger.error("%s: %s", message, one_line(exc))
+        logger.debug("%s", message, exc_info=exc)
+    log_as_news(-1)  # the rollback's bundles log at DEBUG
 
 
 PID_1_WARNING: Final = (
@@ -308,10 +328,14 @@ class Program:
     def fail(
         self, message: str, exc: BaseException | None, startup: bool = False
     ) -> None:
-        """Log a failure once, set the exit status, begin the shutdown."""
-        logger.error("%s", message, exc_info=exc)
+        """Log a failure once, set the exit status, begin the shutdown.
+
+        A startup failure's shutdown, which only rolls back, logs at DEBUG
+        (see `_log_failure`).
+        """
+        _log_failure(message, exc, startup=startup)
         self._outcome.failed(startup=startup)
-        self.begin_shutdown(message)
+        self._shutdown.begin(message, quiet=startup)
 
     # -- the shutdown's hooks ------------------------------------------------------
 

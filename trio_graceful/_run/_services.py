@@ -18,7 +18,6 @@ ends every one of them at once.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar, cast, final
@@ -28,9 +27,10 @@ import trio
 
 from .._core._bundle import Bundle
 from .._core._inbox import InboxReceiver, InboxSender, open_inbox
+from .._core._log import library_logger
 from .._core._util import ForwardingTaskStatus, check_name
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 T = TypeVar("T")
 

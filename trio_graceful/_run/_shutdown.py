@@ -31,13 +31,14 @@ import attrs
 import trio
 
 from .._core._bundle import Bundle
+from .._core._log import library_logger
 from .._core._util import signal_name
 from ._gcdeferral import GcHold
 from ._stages import Move, Stage, Stages
 from ._stoptime import StopTimes
 from ._watchdog import Watchdog
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 
 def format_grace(grace: float) -> str:
@@ -115,13 +116,20 @@ class Shutdown:
         self._control = control
 
     def begin(
-        self, reason: str, *, signum: int | None = None, delay: bool = False
+        self,
+        reason: str,
+        *,
+        signum: int | None = None,
+        delay: bool = False,
+        quiet: bool = False,
     ) -> bool:
         """Start the shutdown; False if it had already begun. Not a checkpoint.
 
         With ``delay`` (a signal, `Runner.request_shutdown`), a program that
         takes work is first withdrawn from rotation for the drain delay.
         Without (main ended, a failure), a withdrawn program shuts down now.
+        With ``quiet`` (a failed startup, already logged), the shutdown's
+        line is logged at DEBUG.
         """
         stages = self._stages
         if stages.shutting_down or (delay and stages.withdrawn):
@@ -129,7 +137,7 @@ class Shutdown:
         if delay and self._times.drain_delay > 0 and self._hooks.ready():
             self._withdraw(reason, signum)
         else:
-            self._shut_down(reason, signum)
+            self._shut_down(reason, signum, quiet=quiet)
         return True
 
     def _withdraw(self, reason: str, signum: int | None) -> None:
@@ -152,7 +160,9 @@ class Shutdown:
         if self._stages.withdrawn:
             self._shut_down(f"{reason}, after the drain delay", None)
 
-    def _shut_down(self, reason: str, signum: int | None) -> None:
+    def _shut_down(
+        self, reason: str, signum: int | None, *, quiet: bool = False
+    ) -> None:
         grace = self._times.grace
         self._delay_scope.cancel()
         self._deadline = trio.current_time() + grace
@@ -169,7 +179,12 @@ class Shutdown:
                 "%s: shutting down (%s)", signal_name(signum), format_grace(grace)
             )
         else:
-            logger.info("shutting down (%s): %s", format_grace(grace), reason)
+            logger.log(
+                logging.DEBUG if quiet else logging.INFO,
+                "shutting down (%s): %s",
+                format_grace(grace),
+                reason,
+            )
         if self._deadline != math.inf:
             self._start_soon(self._notice_end_of_grace, name="<end of grace>")
 

@@ -36,15 +36,15 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import logging
 import signal
 from collections.abc import Callable, Collection, Generator
 from types import FrameType
 from typing import Any, Final, final
 
+from .._core._log import library_logger
 from .._core._util import signal_name
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 
 @final

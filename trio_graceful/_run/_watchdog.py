@@ -60,6 +60,7 @@ from typing import Final, NoReturn
 
 import trio
 
+from .._core._log import library_logger
 from .._core._util import signal_name
 from ._escalation import Escalation, Observer, Step
 from ._exitcodes import Ending, ExitCodes, exit_status
@@ -68,7 +69,7 @@ from ._signals import blocked
 from ._stoptime import BUSY_ALLOWANCE, REPORT_TIMEOUT, Part, StopTimes
 from ._tasktree import format_task_tree, format_thread_stacks
 
-logger = logging.getLogger("trio_graceful.runner")
+logger = library_logger("trio_graceful.runner")
 
 IDLE_ALLOWANCE: Final = 0.05
 """Seconds past its deadline that one idle wait of the Trio thread may last."""

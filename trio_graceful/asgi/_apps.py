@@ -18,7 +18,6 @@ ended by the connection instead (`AppTasks.end_stuck`).
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast, final
@@ -29,12 +28,13 @@ from hypercorn.config import Config
 from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
 
 from .._core._bundle import Bundle
+from .._core._log import library_logger
 from ._exchange import Exchange, Progress
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-logger = logging.getLogger("trio_graceful.asgi")
+logger = library_logger("trio_graceful.asgi")
 
 # Seconds a cut-off request may take to end its response (a 503, a
 # terminating chunk, a CLOSE): a client that reads nothing cannot hold the

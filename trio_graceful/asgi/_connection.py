@@ -7,7 +7,9 @@ a drain needs it to:
   timeout. From STOP on, a connection that is idle, with no request in its
   buffers nor in its socket, closes at once; one that is busy closes when
   its last response has gone out (the protocol decides which response that
-  is, `_protocols`).
+  is, `_protocols`). With Hypercorn's ``read_timeout``, a connection from
+  which nothing arrives for that long is closed, whatever it is doing, as
+  in Hypercorn's Trio worker.
 * **Writing** goes through the socket's own ``send``, which sends nothing
   when it is cancelled, and keeps exactly what was not sent: a request task
   cut off in the middle of a write leaves the stream consistent, so its
@@ -85,6 +87,7 @@ class Connection:
         self._wait = trio.CancelScope()
         self._receiving = False
         self._keep_alive = float(core.config.keep_alive_timeout)
+        self._read_timeout = float(core.config.read_timeout or math.inf)
         self._tasks: AppTasks | None = None
 
     # -- what the protocol and the request tasks ask -------------------------
@@ -232,6 +235,8 @@ class Connection:
                     self._receiving = True
                     data = await self._receive()
                     self._receiving = False
+                    if data is None:
+                        return  # the read timeout: closed, as Hypercorn does
                     if not data:
                         self._peer_closed = True
                         await protocol.handle(RawData(data=b""))
@@ -245,11 +250,14 @@ class Connection:
                 self._told = True  # woken by STOP: HTTP/2 sends its GOAWAY
                 await protocol.begin_drain()
 
-    async def _receive(self) -> bytes:
+    async def _receive(self) -> bytes | None:
+        """Read what comes; None if nothing came within ``read_timeout``."""
         try:
-            return bytes(await self._stream.receive_some(MAX_RECV))
+            with trio.move_on_after(self._read_timeout):
+                return bytes(await self._stream.receive_some(MAX_RECV))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return b""  # reset by the client: as good as closed
+        return None
 
     async def _fin_if_idle(self) -> bool:
         """Send the FIN of an idle connection unless a request is on its way.

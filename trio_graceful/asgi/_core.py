@@ -8,7 +8,6 @@ connections, which it counts. `AsgiServerStatistics` is its snapshot.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol, final
 
@@ -19,9 +18,10 @@ from hypercorn.trio.worker_context import EventWrapper, TrioSingleTask
 from hypercorn.typing import AppWrapper, Event, SingleTask
 
 from .._children._threads import ThreadBudget
+from .._core._log import library_logger
 from ._stop import Drain
 
-logger = logging.getLogger("trio_graceful.asgi")
+logger = library_logger("trio_graceful.asgi")
 
 
 @attrs.frozen

@@ -1,4 +1,9 @@
-"""The app's lifespan: Hypercorn's, with its failures raised where they are awaited."""
+"""The app's lifespan: Hypercorn's, with its failures raised where they are awaited.
+
+Hypercorn 0.18's ``wait_for_shutdown`` bounds the shutdown with
+``shutdown_timeout`` but says "startup" when it runs out; `AppLifespan`
+names the shutdown.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import final
 import trio
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.typing import ASGISendEvent
-from hypercorn.utils import LifespanFailureError
+from hypercorn.utils import LifespanFailureError, LifespanTimeoutError
 
 from ._core import ServerCore
 
@@ -31,6 +36,8 @@ class AppLifespan(Lifespan):
 
         Raises:
             hypercorn.utils.LifespanFailureError: if the app's startup failed.
+            hypercorn.utils.LifespanTimeoutError: if it took longer than
+                ``startup_timeout``.
         """
         await nursery.start(self._run)
         await self.wait_for_startup()
@@ -41,8 +48,13 @@ class AppLifespan(Lifespan):
 
         Raises:
             hypercorn.utils.LifespanFailureError: if the app's shutdown failed.
+            hypercorn.utils.LifespanTimeoutError: if it took longer than
+                ``shutdown_timeout``.
         """
-        await self.wait_for_shutdown()
+        try:
+            await self.wait_for_shutdown()
+        except LifespanTimeoutError as exc:
+            raise LifespanTimeoutError("shutdown") from exc.__cause__
         self._raise_failure()
 
     async def asgi_send(self, message: ASGISendEvent) -> None:

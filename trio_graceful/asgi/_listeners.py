@@ -2,32 +2,42 @@
 
 from __future__ import annotations
 
-import logging
 import socket
 import traceback
-from typing import cast
+from typing import Final, cast
 
 import trio
 from hypercorn.config import Config, Sockets
 
 from .._core._bundle import Bundle
+from .._core._log import library_logger
 from ._connection import Connection
 from ._core import ServerCore
 
-logger = logging.getLogger("trio_graceful.asgi")
+logger = library_logger("trio_graceful.asgi")
 
 Listener = trio.SocketListener | trio.SSLListener[trio.SocketStream]
 
 
 def _create_sockets(config: Config) -> Sockets:
-    """Hypercorn's ``create_sockets``, closing what it leaves open when a bind fails."""
+    """Hypercorn's ``create_sockets``, closing what it leaves open when a bind fails.
+
+    Raises:
+        OSError: if an address cannot be bound; unlike Hypercorn's, its
+            message names the address (``[Errno 98] cannot listen on
+            127.0.0.1:8000: Address already in use``).
+    """
     try:
         return config.create_sockets()
     except OSError as exc:
         # Hypercorn keeps the socket that failed, and those made before it,
         # in its locals only: close them, or they stay open until collected.
+        # The address it was binding is there too.
+        where: object = None
         for frame, _ in traceback.walk_tb(exc.__traceback__):
             local = frame.f_locals
+            if frame.f_code is _BINDING:
+                where = local.get("bind")
             for name in ("sock", "sockets", "secure_sockets", "insecure_sockets"):
                 value: object = local.get(name)
                 found = (
@@ -36,7 +46,14 @@ def _create_sockets(config: Config) -> Sockets:
                 for sock in found:
                     if isinstance(sock, socket.socket):
                         sock.close()
-        raise
+        if not isinstance(where, str) or exc.strerror is None:
+            raise
+        # OSError(errno, text) is the subclass of the errno (PermissionError...).
+        raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror}") from exc
+
+
+# The code of Hypercorn's loop that binds each address.
+_BINDING: Final = Config._create_sockets.__code__  # pyright: ignore[reportPrivateUsage]
 
 
 def listen(config: Config) -> tuple[list[Listener], list[str], list[tuple[str, int]]]:

@@ -19,7 +19,6 @@ The sequence of one server:
 from __future__ import annotations
 
 import contextlib
-import copy
 import sys
 from collections.abc import Generator, Sequence
 from typing import Any, cast, final
@@ -27,6 +26,7 @@ from typing import Any, cast, final
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
+from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.typing import ASGIFramework
 
 from .._children._admission import check_count
@@ -35,6 +35,7 @@ from .._core._inbox import InboxReceiver
 from .._core._openbundle import open_bundle
 from .._core._stop import STOP
 from .._core._util import NoPublicConstructor, check_seconds
+from ._config import server_config
 from ._core import AsgiServerStatistics, ServerCore
 from ._lifespan import AppLifespan
 from ._listeners import accept, listen
@@ -89,26 +90,6 @@ class AsgiServer(metaclass=NoPublicConstructor):
         return self._core.statistics()
 
 
-def _config_for(config: Config | None, bind: str | Sequence[str] | None) -> Config:
-    if config is None:
-        config = Config()
-    elif not isinstance(cast("object", config), Config):
-        raise TypeError(f"config must be a hypercorn.config.Config, not {config!r}")
-    else:
-        config = copy.copy(config)  # the caller's is left as it was
-    if bind is not None:
-        binds = [bind] if isinstance(bind, str) else list(bind)
-        if not binds or not all(
-            isinstance(cast("object", b), str) and b for b in binds
-        ):
-            raise ValueError(
-                f"bind must be an address like '127.0.0.1:8000' or a list of them, "
-                f"not {bind!r}"
-            )
-        config.bind = binds
-    return config
-
-
 async def serve_asgi(
     inbox: InboxReceiver[Any],
     app: object,
@@ -157,9 +138,12 @@ async def serve_asgi(
             ``"fd://3"``); overrides ``config.bind``. None keeps the
             config's (Hypercorn's default is ``127.0.0.1:8000``).
         config (hypercorn.config.Config or None): Hypercorn's settings:
-            TLS, keep-alive timeout, HTTP/2 limits, logging... Its
-            ``graceful_timeout`` is not used: the grace of the caller's
-            shutdown decides.
+            TLS, timeouts, HTTP/2 limits, logging... Every field that
+            applies is honoured; one that cannot be (``workers``,
+            ``use_reloader``, ``graceful_timeout``, which the grace of the
+            caller's shutdown replaces...) must be left at its default, and
+            is refused otherwise: :ref:`asgi-config` has the table. The
+            caller's config is not changed.
         reserve (float): Seconds before the hard deadline at which running
             requests are cut off, for them to end their responses and for
             the lifespan's shutdown.
@@ -173,18 +157,41 @@ async def serve_asgi(
     Raises:
         TypeError: if ``app`` is not callable or ``config`` is not a
             Hypercorn ``Config``.
-        ValueError: if ``bind`` is empty, ``reserve`` negative or
-            ``thread_tokens`` less than 1.
+        ValueError: if ``bind`` is empty, ``reserve`` negative,
+            ``thread_tokens`` less than 1, or a field of ``config`` is
+            refused (the message names it, its value and what to use
+            instead); raised before anything is bound or started.
         OSError: if an address cannot be bound.
         hypercorn.utils.LifespanFailureError: if the app's lifespan startup
             failed (before the server is ready), or its shutdown.
+        hypercorn.utils.LifespanTimeoutError: if the lifespan's startup took
+            longer than ``config.startup_timeout``, or its shutdown longer
+            than ``config.shutdown_timeout``.
     """
     reserve = check_seconds("reserve", reserve)
     if thread_tokens is not None:
         check_count("thread_tokens", thread_tokens)
-    config = _config_for(config, bind)
+    config = server_config(config, bind)
     if not callable(app):
         raise TypeError(f"app must be an ASGI app, not {app!r}")
+    # Hypercorn's logger applies logconfig and opens the log files when it
+    # is made: before anything starts, as Hypercorn's worker does.
+    log = config.log
+    try:
+        await _serve(inbox, app, config, reserve, thread_tokens, task_status)
+    finally:
+        if isinstance(log, StatsdLogger):
+            log.socket.close()  # Hypercorn's worker leaves it to the process's end
+
+
+async def _serve(
+    inbox: InboxReceiver[Any],
+    app: object,
+    config: Config,
+    reserve: float,
+    thread_tokens: int | None,
+    task_status: trio.TaskStatus[AsgiServer],
+) -> None:
     budget = share_default_thread_limiter(thread_tokens)
     core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config, budget)
     parent = parent_bundle()

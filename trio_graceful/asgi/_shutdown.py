@@ -9,17 +9,17 @@ the bundle the server is a child of.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 
 import trio
 
 from .._core._bundle import Bundle
+from .._core._log import library_logger
 from .._core._openbundle import current_bundle
 from ._core import ServerCore
 
-logger = logging.getLogger("trio_graceful.asgi")
+logger = library_logger("trio_graceful.asgi")
 
 # Seconds between two progress lines while the server drains.
 PROGRESS_INTERVAL = 1.0

@@ -14,19 +14,19 @@ logged, and runs on until it returns, holding its token.
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar, cast
 
 from .._children._threads import StopFlag, call_in_thread
+from .._core._log import library_logger
 from .._core._util import is_async_def
 from ._stop import current_drain
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-logger = logging.getLogger("trio_graceful.asgi")
+logger = library_logger("trio_graceful.asgi")
 
 
 def sync_to_async(sync_fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:

@@ -16,7 +16,6 @@ and what was not written is left for the lease rescue.
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 from collections.abc import Awaitable, Callable
@@ -25,11 +24,12 @@ from typing import TypeVar
 import attrs
 import trio
 
+from .._core._log import library_logger
 from .._run._lifecycle import Lifecycle, LifecycleState
 from ._outages import StoreUnavailableError
 from ._store import JobStore
 
-logger = logging.getLogger("trio_graceful.jobs")
+logger = library_logger("trio_graceful.jobs")
 
 R = TypeVar("R")
 

@@ -14,17 +14,17 @@ transition ends the job.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Collection, Generator
 from typing import Any
 
 import attrs
 
+from .._core._log import library_logger
 from ._records import JobRecord
 from ._states import TRANSITIONS, IllegalJobTransitionError, JobEvent
 from ._store import JobStore
 
-logger = logging.getLogger("trio_graceful.jobs")
+logger = library_logger("trio_graceful.jobs")
 
 
 @attrs.define(eq=False)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -41,6 +40,7 @@ import trio
 
 from .._children._threads import ThreadBudget
 from .._core._bundle import Bundle
+from .._core._log import library_logger
 from .._core._openbundle import open_bundle_cancelling_body
 from .._core._trace import TraceKind, emit, tracing
 from .._core._util import as_group, first_leaf
@@ -56,7 +56,7 @@ from ._records import JobRecord
 from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._traceback import report_failure
 
-logger = logging.getLogger("trio_graceful.jobs")
+logger = library_logger("trio_graceful.jobs")
 
 # What the supervisor's own writes raise when the job is not its to settle.
 _STORE_ERRORS = (LostJobError, IllegalJobTransitionError, StoreUnavailableError)

@@ -9,14 +9,15 @@ cannot hold.
 
 from __future__ import annotations
 
-import logging
 import traceback
 from typing import TYPE_CHECKING, Final
+
+from .._core._log import library_logger
 
 if TYPE_CHECKING:
     from ._records import JobRecord
 
-logger = logging.getLogger("trio_graceful.jobs")
+logger = library_logger("trio_graceful.jobs")
 
 #: Characters kept from the start and from the end of a longer traceback.
 HEAD: Final = 2_000

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import math
 import os
 import socket
@@ -30,6 +29,7 @@ import trio
 
 from .._children._threads import ThreadBudget
 from .._core._inbox import InboxReceiver
+from .._core._log import library_logger
 from .._core._openbundle import open_bundle
 from .._core._util import check_seconds
 from .._run._lifecycle import Lifecycle
@@ -43,7 +43,7 @@ from ._records import JobRecord
 from ._store import JobStore
 from ._supervisor import Supervisor
 
-logger = logging.getLogger("trio_graceful.jobs")
+logger = library_logger("trio_graceful.jobs")
 
 
 def default_worker_id() -> str:

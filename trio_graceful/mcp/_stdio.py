@@ -26,7 +26,6 @@ answers each of them with an error, which goes out before the process ends.
 from __future__ import annotations
 
 import contextlib
-import logging
 import signal
 from typing import Any, Final, cast, final
 
@@ -43,6 +42,7 @@ from mcp_types import JSONRPCNotification, JSONRPCRequest, jsonrpc_message_adapt
 from .._children._stdin import StdinLines, open_stdin_lines
 from .._core._cancellation import PROGRESS_INTERVAL
 from .._core._inbox import InboxReceiver
+from .._core._log import library_logger
 from .._core._stop import STOP
 from .._core._topology import is_cancellation
 from .._run._exitcodes import ExitCodes
@@ -53,7 +53,7 @@ from ._handlers import HandlersInBundle
 from ._outgoing import REFUSED, WireOut, shutdown_error
 from ._stdout import LineWriter
 
-logger = logging.getLogger("trio_graceful.mcp")
+logger = library_logger("trio_graceful.mcp")
 
 EXIT_CODES: Final = ExitCodes(clean_signals=frozenset({signal.SIGINT, signal.SIGTERM}))
 """`trio_graceful.run`'s exit statuses for an MCP server: 0 after a graceful stop.
