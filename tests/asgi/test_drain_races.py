@@ -1,0 +1,108 @@
+"""The drain's races over HTTP/1.1, each placed at its exact moment.
+
+A drain under load meets moments that a quiet test never shows: STOP
+waking a connection whose reader has just taken pipelined requests from the
+socket and not parsed them yet, and a client answered just before STOP,
+whose next request is on its way. In
+exact virtual time, on a Unix socket (see tests/asgi/support.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from tests.asgi.apps import Log, make_app
+from tests.asgi.support import serving
+from trio_graceful.asgi._connection import DRAIN_KEEP_ALIVE, Connection
+
+
+@pytest.fixture
+def log() -> Log:
+    return Log()
+
+
+async def test_stop_between_a_read_and_its_parsing_loses_no_pipelined_request(
+    tmp_path: Path,
+    log: Log,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Under load, STOP's wake-up can reach a connection whose reader has
+    # taken two pipelined requests from the socket but not run since: the
+    # bytes are out of the socket, and not parsed yet. Here the reader holds
+    # them until STOP has come, which puts the wake-up exactly there.
+    receive = Connection._receive
+
+    async def receive_across_stop(self: Connection) -> bytes:
+        data = await receive(self)
+        if data.count(b"GET ") == 2:
+            with trio.CancelScope(shield=True):
+                await self._core.drain.stopped.wait()
+        return data
+
+    monkeypatch.setattr(Connection, "_receive", receive_across_stop)
+    async with serving(make_app(log), tmp_path) as served:
+        client = await served.request("/work?s=2", "/work?s=1")
+        async with served.stopping(10):
+            answers = [await client.answer() for _ in range(2)]
+            assert [(a.status, a.closes) for a in answers] == [
+                (200, False),
+                (200, True),
+            ]
+            assert trio.current_time() == 3  # one after the other
+            assert await client.end() == "eof"
+            await client.aclose()
+
+
+async def test_a_request_sent_just_after_stop_is_answered_with_close(
+    tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The client read its answer (without Connection: close: STOP had not
+    # come) and sends its next request as STOP comes: it is answered, and
+    # that answer says close, rather than the connection closed under it.
+    async with serving(make_app(log), tmp_path) as served:
+        client = await served.connect()
+        await client.send("/work?s=1")
+        assert not (await client.answer()).closes
+        async with served.stopping(10):
+            await trio.sleep(DRAIN_KEEP_ALIVE / 2)
+            await client.send("/work?s=1")
+            answer = await client.answer()
+            assert (answer.status, answer.closes) == (200, True)
+            assert await client.end() == "eof"
+            await client.aclose()
+
+
+async def test_an_idle_connection_closes_at_its_drain_keep_alive(
+    tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with serving(make_app(log), tmp_path) as served:
+        client = await served.connect()
+        await client.send("/work?s=1")
+        await client.answer()
+        answered = trio.current_time()
+        await trio.sleep(DRAIN_KEEP_ALIVE / 4)
+        async with served.stopping(10):
+            assert await client.end() == "eof"
+            # Counted from its last response, not from STOP.
+            assert trio.current_time() == answered + DRAIN_KEEP_ALIVE
+            await client.aclose()
+
+
+async def test_a_connection_accepted_just_before_stop_gets_its_first_answer(
+    tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with serving(make_app(log), tmp_path) as served:
+        client = await served.connect()
+        await trio.testing.wait_all_tasks_blocked()
+        async with served.stopping(10):
+            await trio.sleep(DRAIN_KEEP_ALIVE / 2)
+            await client.send("/work")
+            answer = await client.answer()
+            assert (answer.status, answer.closes) == (200, True)
+            assert await client.end() == "eof"
+            await client.aclose()
