@@ -1,14 +1,18 @@
 """The drain's races over HTTP/1.1, each placed at its exact moment.
 
-A drain under load meets moments that a quiet test never shows: STOP
+A drain under load meets three moments that a quiet test never shows: STOP
 waking a connection whose reader has just taken pipelined requests from the
-socket and not parsed them yet, and a client answered just before STOP,
-whose next request is on its way. In
+socket and not parsed them yet; connections that the kernel has accepted
+but the server not yet, in the listener's queue when it closes; and a
+client answered just before STOP, whose next request is on its way. In
 exact virtual time, on a Unix socket (see tests/asgi/support.py).
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -16,8 +20,11 @@ import trio
 import trio.testing
 
 from tests.asgi.apps import Log, make_app
-from tests.asgi.support import serving
+from tests.asgi.support import RawClient, serving
+from trio_graceful.asgi import _shutdown
 from trio_graceful.asgi._connection import DRAIN_KEEP_ALIVE, Connection
+
+QUEUED = r"STOP: (\d+) connections taken from the listeners' queues"
 
 
 @pytest.fixture
@@ -56,6 +63,56 @@ async def test_stop_between_a_read_and_its_parsing_loses_no_pipelined_request(
             assert trio.current_time() == 3  # one after the other
             assert await client.end() == "eof"
             await client.aclose()
+
+
+def _connect_and_send(path: Path, target: str) -> socket.socket:
+    """Connect and write a request without a checkpoint: the server runs not."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(path))
+    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+    return sock
+
+
+async def test_connections_in_the_listeners_queue_at_stop_are_served(
+    tmp_path: Path,
+    log: Log,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Clients connect and write their requests as STOP comes, before the
+    # listener closes: the kernel has accepted them, the server not yet.
+    # Closing the listener with them in its queue would reset them.
+    caplog.set_level(logging.INFO, logger="trio_graceful.asgi")
+    count = 20
+    socks: list[socket.socket] = []
+    cutoff = _shutdown.cutoff
+
+    def cutoff_as_clients_connect(deadline: float, now: float, reserve: float) -> float:
+        assert served.path is not None
+        socks.extend(_connect_and_send(served.path, "/work?s=1") for _ in range(count))
+        return cutoff(deadline, now, reserve)
+
+    monkeypatch.setattr(_shutdown, "cutoff", cutoff_as_clients_connect)
+    async with serving(make_app(log), tmp_path) as served:
+        async with served.stopping(10):
+            await trio.testing.wait_all_tasks_blocked()
+            for sock in socks:
+                client = RawClient(
+                    trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+                )
+                answer = await client.answer()
+                assert (answer.status, answer.closes) == (200, True)
+                assert await client.end() == "eof"
+                await client.aclose()
+            assert trio.current_time() == 1
+        assert served.server.statistics().connections_total == count
+    [taken] = [
+        int(found.group(1))
+        for record in caplog.records
+        if (found := re.fullmatch(QUEUED, record.getMessage()))
+    ]
+    assert taken == count
 
 
 async def test_a_request_sent_just_after_stop_is_answered_with_close(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import sys
 from collections.abc import Generator, Sequence
 from typing import Any, cast, final
@@ -37,7 +38,7 @@ from .._core._stop import STOP
 from .._core._util import NoPublicConstructor, check_seconds
 from ._core import AsgiServerStatistics, ServerCore
 from ._lifespan import AppLifespan
-from ._listeners import accept, listen
+from ._listeners import accept, listen, stop_listening
 from ._shutdown import drain, parent_bundle
 from ._stop import enter_drain
 
@@ -209,12 +210,17 @@ async def serve_asgi(
                     task_status.started(server)
                     while await inbox.receive() is not STOP:
                         pass  # nothing but STOP is meant for a server
-                    await drain(core, listeners, reserve, parent)
+                    await drain(
+                        core,
+                        functools.partial(stop_listening, listeners, connections, core),
+                        reserve,
+                        parent,
+                    )
                 await lifespan.shut_down()
                 nursery.cancel_scope.cancel()
     finally:
         for listener in listeners:
-            await trio.aclose_forcefully(listener)
+            listener.close()
 
 
 @contextlib.contextmanager
