@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from hypercorn.config import Config
 
 from tests.asgi.apps import Log, make_app
 from tests.asgi.support import RawClient, serving
 from trio_graceful.asgi import _shutdown
 from trio_graceful.asgi._connection import DRAIN_KEEP_ALIVE, Connection
+from trio_graceful.asgi._listeners import backlog
 
 QUEUED = r"STOP: (\d+) connections taken from the listeners' queues"
 
@@ -163,3 +165,13 @@ async def test_a_connection_accepted_just_before_stop_gets_its_first_answer(
             assert (answer.status, answer.closes) == (200, True)
             assert await client.end() == "eof"
             await client.aclose()
+
+
+def test_the_listeners_queue_is_the_systems_longest_unless_the_config_sets_one() -> (
+    None
+):
+    # Hypercorn's default of 100 overflows in a burst of connections.
+    assert backlog(Config()) == max(100, socket.SOMAXCONN)
+    config = Config()
+    config.backlog = 50
+    assert backlog(config) == 50

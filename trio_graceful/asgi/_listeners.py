@@ -1,12 +1,12 @@
 """The server's listening sockets, and the loops that accept their connections.
 
-At STOP the listeners close (`stop_listening`). A connection the kernel has
-already accepted, but the server not yet, waits in its listening socket's
-queue: its handshake is done and its client may have written a request.
-Closing the socket would reset it, so the queue is emptied first, in the
-same step as the close, and those connections are served like the others
-during the drain: a request that comes is answered with
-``Connection: close``.
+They listen with a long queue (`backlog`). At STOP they close
+(`stop_listening`). A connection the kernel has already accepted, but the
+server not yet, waits in its listening socket's queue: its handshake is done
+and its client may have written a request. Closing the socket would reset
+it, so the queue is emptied first, in the same step as the close, and those
+connections are served like the others during the drain: a request that
+comes is answered with ``Connection: close``.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def listen(config: Config) -> tuple[list[Listener], list[str], list[tuple[str, i
         ("http", sockets.insecure_sockets),
     ):
         for sock in group:
-            sock.listen(config.backlog)
+            sock.listen(backlog(config))
             url, address = _where(sock)
             urls.append(f"{scheme}://{url}")
             if address is not None:
@@ -127,6 +127,20 @@ def listen(config: Config) -> tuple[list[Listener], list[str], list[tuple[str, i
     for url in urls:
         logger.info("serving on %s", url)
     return listeners, urls, addresses
+
+
+def backlog(config: Config) -> int:
+    """The length of the listeners' queues: the config's, or the system's largest.
+
+    Hypercorn's default of 100 overflows in a burst of connections to a busy
+    server: the kernel then leaves the connections beyond it half-open (the
+    client believes its connection open and writes its request, which the
+    server never got), and closing the listener at STOP resets them. A
+    ``backlog`` set in the config is kept as it is.
+    """
+    if "backlog" in vars(config):
+        return int(config.backlog)
+    return max(int(config.backlog), socket.SOMAXCONN)
 
 
 def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
