@@ -139,7 +139,7 @@ class Connection:
     # -- what the server asks --------------------------------------------------
 
     def stop(self) -> None:
-        """STOP: close if idle, otherwise after the last response. Not a checkpoint."""
+        """STOP: close once idle, or after the last response. Not a checkpoint."""
         self._wake()
 
     async def cut(self) -> None:
@@ -286,12 +286,12 @@ class Connection:
     async def _fin_if_idle(self) -> bool:
         """Send the FIN of an idle connection unless a request is on its way.
 
-        At its keep-alive timeout, or during a drain.
-        The last look at the socket and the FIN are one step, with no
-        checkpoint between them: a request that arrives after it was sent
-        after the FIN, and the client knows that it was not received. Returns
-        whether the FIN went out (for TLS, whether the connection may close).
-        This is a checkpoint if an answer is still being sent.
+        Called at its keep-alive timeout, or during a drain. The last look
+        at the socket and the FIN are one step, with no checkpoint between
+        them: a request that arrives after it was sent after the FIN, and
+        the client knows that it was not received. Returns whether the FIN
+        went out (for TLS, whether the connection may close). This is a
+        checkpoint if an answer is still being sent.
         """
         while self._queued or self._unsent:  # the last answer is still going out
             async with self._send_lock:
