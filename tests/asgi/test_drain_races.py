@@ -24,7 +24,7 @@ from tests.asgi.apps import Log, make_app
 from tests.asgi.support import RawClient, serving
 from trio_graceful.asgi import _shutdown
 from trio_graceful.asgi._connection import DRAIN_KEEP_ALIVE, Connection
-from trio_graceful.asgi._listeners import backlog
+from trio_graceful.asgi._listeners import Listener, backlog
 
 QUEUED = r"STOP: (\d+) connections taken from the listeners' queues"
 
@@ -175,3 +175,16 @@ def test_the_listeners_queue_is_the_systems_longest_unless_the_config_sets_one()
     config = Config()
     config.backlog = 50
     assert backlog(config) == 50
+
+
+async def test_a_closed_listener_has_no_queue(tmp_path: Path) -> None:
+    # Closed at STOP just as its accept loop's last accept returned: the loop
+    # goes on to the queue, finds none, and ends at its next accept.
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(tmp_path / "listening.sock"))
+    sock.listen()
+    listener = Listener(sock, None)
+    listener.close()
+    assert listener.accept_queued() == []
+    with pytest.raises(trio.ClosedResourceError):
+        await listener.accept()

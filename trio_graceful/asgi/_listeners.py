@@ -59,10 +59,13 @@ class Listener:
         streams: list[Stream] = []
         # A duplicate of the descriptor accepts without Trio's wait for
         # readiness; BlockingIOError ends it: the queue is empty.
-        with (
-            socket.fromfd(listening.fileno(), listening.family, listening.type) as dup,
-            contextlib.suppress(OSError),
-        ):
+        try:
+            dup = socket.fromfd(listening.fileno(), listening.family, listening.type)
+        except OSError:
+            # Closed at STOP as the last accept returned, or out of file
+            # descriptors (the next accept says so).
+            return streams
+        with dup, contextlib.suppress(OSError):
             dup.setblocking(False)
             while True:
                 sock, _ = dup.accept()
