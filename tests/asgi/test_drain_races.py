@@ -152,6 +152,22 @@ async def test_an_idle_connection_closes_at_its_drain_keep_alive(
             await client.aclose()
 
 
+async def test_an_idle_connection_is_not_held_into_the_cut_off(
+    tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A grace of 1 s: the cut-off comes 0.9 s after STOP, before the drain's
+    # keep-alive would end. A request then would be cut off: closed at once.
+    async with serving(make_app(log), tmp_path) as served:
+        client = await served.connect()
+        await client.send("/work?s=1")
+        await client.answer()
+        answered = trio.current_time()
+        async with served.stopping(1):
+            assert await client.end() == "eof"
+            assert trio.current_time() == answered
+            await client.aclose()
+
+
 async def test_a_connection_accepted_just_before_stop_gets_its_first_answer(
     tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -9,10 +9,11 @@ a drain needs it to:
   its accept): a client that got a response without ``Connection: close``,
   or that has just connected, may be sending a request already, and it is
   answered, with ``Connection: close``. Past that, or at once for HTTP/2
-  (its GOAWAY told the client), an idle connection with no request in its
-  socket closes. A busy one closes when its last response has gone out (the
-  protocol decides which response that is, `_protocols`). Only the wait for
-  data is ever cancelled, never the parsing of what was read.
+  (its GOAWAY told the client) and when that wait would reach the cut-off,
+  an idle connection with no request in its socket closes. A busy one
+  closes when its last response has gone out (the protocol decides which
+  response that is, `_protocols`). Only the wait for data is ever
+  cancelled, never the parsing of what was read.
 * **Writing** goes through the socket's own ``send``, which sends nothing
   when it is cancelled, and keeps exactly what was not sent: a request task
   cut off in the middle of a write leaves the stream consistent, so its
@@ -50,7 +51,8 @@ MAX_RECV = 2**16
 # Seconds a closed connection waits for the client's own FIN.
 LINGER = 1.0
 # Seconds after its last response (or its accept) that an idle HTTP/1.1
-# connection waits for the client's next request during a drain.
+# connection waits for the client's next request during a drain, if that
+# wait ends before the cut-off.
 DRAIN_KEEP_ALIVE = 1.0
 _NOTHING_YET = (errno.EAGAIN, errno.EWOULDBLOCK)
 # At most this many reads of MAX_RECV are dropped before a close.
@@ -250,8 +252,9 @@ class Connection:
         """When the reader gives up waiting for a request: never while one is open.
 
         Idle, the keep-alive timeout; during a drain, `DRAIN_KEEP_ALIVE`
-        (HTTP/1.1; HTTP/2 announced its close with GOAWAY: at once), and
-        never past the cut-off.
+        after the last response (HTTP/1.1), or at once: for HTTP/2, whose
+        GOAWAY told the client, and when that wait would reach the cut-off,
+        where a request would be cut off before it could be answered.
         """
         protocol = self._protocol
         assert protocol is not None
@@ -259,9 +262,10 @@ class Connection:
             return math.inf
         if not self.draining:
             return self._idle_since + self._keep_alive
-        if protocol.announces_close:
+        held = self._idle_since + DRAIN_KEEP_ALIVE
+        if protocol.announces_close or held >= self._core.drain.cutoff:
             return -math.inf
-        return min(self._idle_since + DRAIN_KEEP_ALIVE, self._core.drain.cutoff)
+        return held
 
     async def _wait_for_data(self, deadline: float) -> bytes | None:
         """Read what comes before ``deadline``; None if it came first, or a wake-up.
