@@ -19,8 +19,11 @@ request counts as received: one that was being written as the server's FIN
 came is *sent after the FIN*, reported apart, and not dropped.
 
 **Idle connections.** 1,000 keep-alive connections, each after one request,
-then idle; SIGTERM; measured until every client has seen its connection
-closed, and until the server has exited.
+then idle for `IDLE_S` seconds; SIGTERM; measured until every client has
+seen its connection closed, and until the server has exited. (Idle for
+longer than trio_graceful's ``DRAIN_KEEP_ALIVE``: a connection answered
+less than that before STOP waits for its client's next request, and is not
+idle in the sense measured here.)
 
 The full run measures 40 and 200 clients, then 1,000 idle connections, five
 times per server each, the servers in an order rotated between repetitions;
@@ -64,6 +67,7 @@ WORK_MS = (10, 800)
 PIPELINE = (2, 3)  # requests at once, for every fourth client
 MAX_REQUESTS = 1_000  # per connection: a bound, never reached in a run
 TIMEOUT = 60.0  # a bound against hangs, far above any expected time
+IDLE_S = 1.5  # between the last answer and SIGTERM, in the idle case
 NOTICES = ("close", "idle", "none")
 BASELINES = ("hypercorn", "uvicorn")
 
@@ -165,6 +169,7 @@ async def idle_once(kind: str, connections_n: int) -> dict:
                 answer = await connection.receive()
                 if answer is None or answer.status != 200:
                     raise RuntimeError(f"{kind}: no answer to the first request")
+            await trio.sleep(IDLE_S)
             ends: list[float] = []
 
             async def wait_closed(connection: ClientConnection) -> None:
@@ -353,8 +358,9 @@ def idle_table(idle: dict[str, Any]) -> _common.Table:
         rows=rows,
         notes=[
             f"Medians of {_common.plural(idle['repetitions'], 'run')} per server; "
-            "each connection made one request, then stayed idle; a reset is "
-            "counted with the median and, in brackets, the total."
+            f"each connection made one request, then stayed idle {IDLE_S:g} s "
+            "before the signal; a reset is counted with the median and, in "
+            "brackets, the total."
         ],
     )
 

@@ -18,8 +18,9 @@ The app runs on Trio (Starlette's anyio backend) and is served by
   ``shutdown <unix time>`` to the file.
 
 On SIGTERM or SIGINT the server drains: listeners close, idle connections
-close at once, every request received is answered, the last response on
-each connection says ``Connection: close``; a second signal exits at once.
+close (a second after their last response at most), every request received
+is answered, the last response on each connection says
+``Connection: close``; a second signal exits at once.
 
 Run ``python examples/asgi_service.py --port 8000``, then
 ``curl 'localhost:8000/work?ms=3000&id=1'`` and press Ctrl+C in the server's

@@ -4,12 +4,18 @@ This stands where Hypercorn's ``TCPServer`` does, and differs from it where
 a drain needs it to:
 
 * **Reading.** Between requests the reader waits with the keep-alive
-  timeout. From STOP on, a connection that is idle, with no request in its
-  buffers nor in its socket, closes at once; one that is busy closes when
-  its last response has gone out (the protocol decides which response that
-  is, `_protocols`). With Hypercorn's ``read_timeout``, a connection from
-  which nothing arrives for that long is closed, whatever it is doing, as
-  in Hypercorn's Trio worker.
+  timeout. From STOP on, an idle HTTP/1.1 connection waits for its client's
+  next request until `DRAIN_KEEP_ALIVE` seconds after its last response (or
+  its accept): a client that got a response without ``Connection: close``,
+  or that has just connected, may be sending a request already, and it is
+  answered, with ``Connection: close``. Past that, or at once for HTTP/2
+  (its GOAWAY told the client) and when that wait would reach the cut-off,
+  an idle connection with no request in its socket closes. A busy one
+  closes when its last response has gone out (the protocol decides which
+  response that is, `_protocols`). Only the wait for data is ever
+  cancelled, never the parsing of what was read. With Hypercorn's
+  ``read_timeout``, a connection from which nothing arrives for that long
+  is closed, whatever it is doing, as in Hypercorn's Trio worker.
 * **Writing** goes through the socket's own ``send``, which sends nothing
   when it is cancelled, and keeps exactly what was not sent: a request task
   cut off in the middle of a write leaves the stream consistent, so its
@@ -46,6 +52,10 @@ logger = logging.getLogger("trio_graceful.asgi")
 MAX_RECV = 2**16
 # Seconds a closed connection waits for the client's own FIN.
 LINGER = 1.0
+# Seconds after its last response (or its accept) that an idle HTTP/1.1
+# connection waits for the client's next request during a drain, if that
+# wait ends before the cut-off.
+DRAIN_KEEP_ALIVE = 1.0
 _NOTHING_YET = (errno.EAGAIN, errno.EWOULDBLOCK)
 # At most this many reads of MAX_RECV are dropped before a close.
 _DISCARD_READS = 16
@@ -83,11 +93,13 @@ class Connection:
         # Whether the protocol was told of STOP.
         self._told = False
         self._reader = trio.CancelScope()
-        # The reader's current scope, and whether it waits in receive_some.
+        # The scope of the reader's current wait for data.
         self._wait = trio.CancelScope()
-        self._receiving = False
         self._keep_alive = float(core.config.keep_alive_timeout)
         self._read_timeout = float(core.config.read_timeout or math.inf)
+        # When the last response ended; accepted, the client's first
+        # request is on its way.
+        self._idle_since = trio.current_time()
         self._tasks: AppTasks | None = None
 
     # -- what the protocol and the request tasks ask -------------------------
@@ -132,7 +144,7 @@ class Connection:
     # -- what the server asks --------------------------------------------------
 
     def stop(self) -> None:
-        """STOP: close if idle, otherwise after the last response. Not a checkpoint."""
+        """STOP: close once idle, or after the last response. Not a checkpoint."""
         self._wake()
 
     async def cut(self) -> None:
@@ -220,53 +232,81 @@ class Connection:
         protocol = self._protocol
         assert protocol is not None
         while not self._closing:
-            # One scope for many reads, not one per read: the keep-alive
-            # timeout moves its deadline, and a wake-up cancels it while the
-            # reader is in receive_some, which is cancel-safe.
-            with trio.CancelScope() as wait:
-                self._wait = wait
-                if protocol.idle:
-                    wait.deadline = trio.current_time() + self._keep_alive
-                while not self._closing:
-                    if self.draining and not self._told:
-                        break  # STOP came while busy: tell the protocol first
-                    if self.draining and protocol.idle and await self._fin_if_idle():
-                        return  # idle at STOP, with nothing on the way: closed
-                    self._receiving = True
-                    data = await self._receive()
-                    self._receiving = False
-                    if data is None:
-                        return  # the read timeout: closed, as Hypercorn does
-                    if not data:
-                        self._peer_closed = True
-                        await protocol.handle(RawData(data=b""))
-                        return
-                    await protocol.handle(RawData(data=data))
-            self._receiving = False
-            if not self.draining:
-                if trio.current_time() >= wait.deadline:
-                    return  # the keep-alive timeout
-            elif not self._told:
-                self._told = True  # woken by STOP: HTTP/2 sends its GOAWAY
+            if self.draining and not self._told:
+                self._told = True  # HTTP/2 sends its GOAWAY
                 await protocol.begin_drain()
+            deadline = self._read_deadline()
+            if protocol.idle and trio.current_time() >= deadline:
+                # The keep-alive timeout, or idle during a drain: closed,
+                # unless a request is already on its way, which is read.
+                if await self._fin_if_idle():
+                    return
+                deadline = math.inf
+            try:
+                data = await self._wait_for_data(deadline)
+            except trio.TooSlowError:
+                return  # the read timeout: closed, as Hypercorn does
+            if data is None:
+                continue  # woken, or the deadline came: look again
+            if not data:
+                self._peer_closed = True
+                await protocol.handle(RawData(data=b""))
+                return
+            await protocol.handle(RawData(data=data))
 
-    async def _receive(self) -> bytes | None:
-        """Read what comes; None if nothing came within ``read_timeout``."""
+    def _read_deadline(self) -> float:
+        """When the reader gives up waiting for a request: never while one is open.
+
+        Idle, the keep-alive timeout; during a drain, `DRAIN_KEEP_ALIVE`
+        after the last response (HTTP/1.1), or at once: for HTTP/2, whose
+        GOAWAY told the client, and when that wait would reach the cut-off,
+        where a request would be cut off before it could be answered.
+        """
+        protocol = self._protocol
+        assert protocol is not None
+        if not protocol.idle:
+            return math.inf
+        if not self.draining:
+            return self._idle_since + self._keep_alive
+        held = self._idle_since + DRAIN_KEEP_ALIVE
+        if protocol.announces_close or held >= self._core.drain.cutoff:
+            return -math.inf
+        return held
+
+    async def _wait_for_data(self, deadline: float) -> bytes | None:
+        """Read what comes before ``deadline``; None if it came first, or a wake-up.
+
+        Only the wait for data is cancelled, never what follows a read: bytes
+        taken from the socket always reach the protocol. (A scope that also
+        held ``protocol.handle`` could be cancelled between the read and the
+        request it brings, leaving the requests pipelined behind it unparsed
+        in h11's buffer, where no look at the socket sees them.) This is a
+        checkpoint.
+
+        Raises:
+            trio.TooSlowError: if nothing came within Hypercorn's
+                ``read_timeout``.
+        """
+        with trio.CancelScope(deadline=deadline) as self._wait:
+            return await self._receive()
+        return None
+
+    async def _receive(self) -> bytes:
         try:
-            with trio.move_on_after(self._read_timeout):
+            with trio.fail_after(self._read_timeout):
                 return bytes(await self._stream.receive_some(MAX_RECV))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return b""  # reset by the client: as good as closed
-        return None
 
     async def _fin_if_idle(self) -> bool:
         """Send the FIN of an idle connection unless a request is on its way.
 
-        The last look at the socket and the FIN are one step, with no
-        checkpoint between them: a request that arrives after it was sent
-        after the FIN, and the client knows that it was not received. Returns
-        whether the FIN went out (for TLS, whether the connection may close).
-        This is a checkpoint if an answer is still being sent.
+        Called at its keep-alive timeout, or during a drain. The last look
+        at the socket and the FIN are one step, with no checkpoint between
+        them: a request that arrives after it was sent after the FIN, and
+        the client knows that it was not received. Returns whether the FIN
+        went out (for TLS, whether the connection may close). This is a
+        checkpoint if an answer is still being sent.
         """
         while self._queued or self._unsent:  # the last answer is still going out
             async with self._send_lock:
@@ -303,8 +343,8 @@ class Connection:
         return socket.fromfd(sock.fileno(), sock.family, socket.SOCK_STREAM)
 
     def _wake(self) -> None:
-        if self._receiving:
-            self._wait.cancel()
+        """Make the reader look at the connection again, if it waits for data."""
+        self._wait.cancel()
 
     def _begin_close(self) -> None:
         self._closing = True
@@ -316,13 +356,9 @@ class Connection:
         elif isinstance(event, Closed):
             self._begin_close()
         elif isinstance(event, Updated):
-            if self.draining:
-                if event.idle:
-                    self._wake()
-            else:
-                self._wait.deadline = (
-                    trio.current_time() + self._keep_alive if event.idle else math.inf
-                )
+            if event.idle:
+                self._idle_since = trio.current_time()
+            self._wait.deadline = self._read_deadline()
 
     # -- writing and closing ---------------------------------------------------------
 

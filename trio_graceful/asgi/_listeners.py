@@ -1,10 +1,22 @@
-"""The server's listening sockets, and the loops that accept their connections."""
+"""The server's listening sockets, and the loops that accept their connections.
+
+They listen with a long queue (`backlog`). At STOP they close
+(`stop_listening`). A connection the kernel has already accepted, but the
+server not yet, waits in its listening socket's queue: its handshake is done
+and its client may have written a request. Closing the socket would reset
+it, so the queue is emptied first, in the same step as the close, and those
+connections are served like the others during the drain: a request that
+comes is answered with ``Connection: close``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import traceback
-from typing import Final, cast
+from collections.abc import Sequence
+from typing import Final, cast, final
 
 import trio
 from hypercorn.config import Config, Sockets
@@ -16,7 +28,61 @@ from ._core import ServerCore
 
 logger = library_logger("trio_graceful.asgi")
 
-Listener = trio.SocketListener | trio.SSLListener[trio.SocketStream]
+Stream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
+
+
+@final
+class Listener:
+    """One listening socket, and the TLS of the connections it accepts."""
+
+    def __init__(self, sock: socket.socket, ssl_context: ssl.SSLContext | None) -> None:
+        self._listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        self._ssl_context = ssl_context
+
+    async def accept(self) -> Stream:
+        """Wait for the next connection (as `trio.SocketListener.accept`).
+
+        This is a checkpoint.
+
+        Raises:
+            trio.ClosedResourceError: if the listener was closed.
+            OSError: if the system refuses (out of file descriptors...).
+        """
+        return self._wrap(await self._listener.accept())
+
+    def accept_queued(self) -> list[Stream]:
+        """Accept the connections waiting in the queue, without waiting.
+
+        Not a checkpoint.
+        """
+        listening = self._listener.socket
+        streams: list[Stream] = []
+        # A duplicate of the descriptor accepts without Trio's wait for
+        # readiness; BlockingIOError ends it: the queue is empty.
+        try:
+            dup = socket.fromfd(listening.fileno(), listening.family, listening.type)
+        except OSError:
+            # Closed at STOP as the last accept returned, or out of file
+            # descriptors (the next accept says so).
+            return streams
+        with dup, contextlib.suppress(OSError):
+            dup.setblocking(False)
+            while True:
+                sock, _ = dup.accept()
+                stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+                streams.append(self._wrap(stream))
+        return streams
+
+    def close(self) -> None:
+        """Close the socket: an `accept` under way raises. Not a checkpoint."""
+        self._listener.socket.close()
+
+    def _wrap(self, stream: trio.SocketStream) -> Stream:
+        if self._ssl_context is None:
+            return stream
+        return trio.SSLStream(
+            stream, self._ssl_context, server_side=True, https_compatible=True
+        )
 
 
 def _create_sockets(config: Config) -> Sockets:
@@ -72,20 +138,29 @@ def listen(config: Config) -> tuple[list[Listener], list[str], list[tuple[str, i
         ("http", sockets.insecure_sockets),
     ):
         for sock in group:
-            sock.listen(config.backlog)
-            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+            sock.listen(backlog(config))
             url, address = _where(sock)
             urls.append(f"{scheme}://{url}")
             if address is not None:
                 addresses.append(address)
-            listeners.append(
-                trio.SSLListener(listener, ssl_context, https_compatible=True)
-                if scheme == "https" and ssl_context is not None
-                else listener
-            )
+            listeners.append(Listener(sock, ssl_context if scheme == "https" else None))
     for url in urls:
         logger.info("serving on %s", url)
     return listeners, urls, addresses
+
+
+def backlog(config: Config) -> int:
+    """The length of the listeners' queues: the config's, or the system's largest.
+
+    Hypercorn's default of 100 overflows in a burst of connections to a busy
+    server: the kernel then leaves the connections beyond it half-open (the
+    client believes its connection open and writes its request, which the
+    server never got), and closing the listener at STOP resets them. A
+    ``backlog`` set in the config is kept as it is.
+    """
+    if "backlog" in vars(config):
+        return int(config.backlog)
+    return max(int(config.backlog), socket.SOMAXCONN)
 
 
 def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
@@ -105,7 +180,8 @@ def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
 async def accept(listener: Listener, connections: Bundle, core: ServerCore) -> None:
     """Serve each connection ``listener`` accepts as a child of ``connections``.
 
-    Returns when the listener is closed. This is a checkpoint.
+    Each time it wakes, it accepts every connection in the queue. Returns
+    when the listener is closed. This is a checkpoint.
     """
     while True:
         try:
@@ -117,6 +193,33 @@ async def accept(listener: Listener, connections: Bundle, core: ServerCore) -> N
             logger.error("accept failed, trying again in 0.1 s: %s", exc)
             await trio.sleep(0.1)
             continue
-        connection = Connection(core, stream)
-        core.connection_started(connection)
-        connections.start_soon(connection.serve, name=connection.name)
+        _serve(stream, connections, core)
+        # And the rest of the queue, as asyncio's loop does: one accept per
+        # turn of a busy scheduler would leave connections queued, their
+        # requests unread, for as many turns.
+        for queued in listener.accept_queued():
+            _serve(queued, connections, core)
+
+
+def stop_listening(
+    listeners: Sequence[Listener], connections: Bundle, core: ServerCore
+) -> int:
+    """Close the listeners; serve the connections still in their queues.
+
+    Each queue is emptied and its socket closed with no checkpoint between:
+    only a handshake that ends within that step can still be reset. Returns
+    how many connections were taken from the queues. Not a checkpoint.
+    """
+    queued: list[Stream] = []
+    for listener in listeners:
+        queued += listener.accept_queued()
+        listener.close()
+    for stream in queued:
+        _serve(stream, connections, core)
+    return len(queued)
+
+
+def _serve(stream: Stream, connections: Bundle, core: ServerCore) -> None:
+    connection = Connection(core, stream)
+    core.connection_started(connection)
+    connections.start_soon(connection.serve, name=connection.name)

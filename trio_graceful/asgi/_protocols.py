@@ -328,6 +328,15 @@ class ServerProtocol:
         """True if no request or stream is open."""
         return self.protocol.idle
 
+    @property
+    def announces_close(self) -> bool:
+        """True if the client was told of the drain by the protocol (HTTP/2's GOAWAY).
+
+        An idle HTTP/1.1 connection has no way to tell it: only a response
+        can, with ``Connection: close``.
+        """
+        return isinstance(self.protocol, DrainingH2Protocol)
+
     async def initiate(self) -> None:
         """Start the protocol (HTTP/2 sends its settings)."""
         await self.protocol.initiate()

@@ -7,9 +7,11 @@ The sequence of one server:
 2. It serves until STOP arrives in its inbox. A runner sends STOP after its
    drain delay, during which the server serves on while the health endpoint
    already says 503.
-3. At STOP the listeners close, every connection is told (idle ones close at
-   once, busy ones after their last response, HTTP/2 ones get GOAWAY), and
-   so is the app (`stop_requested`, `until_stop`...).
+3. At STOP the listeners close, the connections in their queues are
+   served, every connection is told (idle ones close once their client has
+   had a moment to send another request, busy ones after their last
+   response, HTTP/2 ones get GOAWAY), and so is the app (`stop_requested`,
+   `until_stop`...).
 4. At the cut-off, a little before the hard deadline, what still runs is
    cut off: each request ends its response, and its connection closes.
 5. When the last connection has closed, the lifespan shuts down, with what is
@@ -19,6 +21,7 @@ The sequence of one server:
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Generator, Sequence
 from typing import Any, cast, final
@@ -38,7 +41,7 @@ from .._core._util import NoPublicConstructor, check_seconds
 from ._config import server_config
 from ._core import AsgiServerStatistics, ServerCore
 from ._lifespan import AppLifespan
-from ._listeners import accept, listen
+from ._listeners import accept, listen, stop_listening
 from ._shutdown import drain, parent_bundle
 from ._stop import enter_drain
 
@@ -113,19 +116,22 @@ async def serve_asgi(
     It is ready (``task_status.started``, with the `AsgiServer`) once the
     app's lifespan has started and the server listens.
 
-    At STOP: the listeners close; idle keep-alive connections close at once
-    (FIN); every request already received is answered, requests pipelined
-    behind it included, and the last response on each HTTP/1.1 connection
-    carries ``Connection: close``; HTTP/2 connections get GOAWAY and their
-    streams finish; the app hears STOP (`stop_requested`, `wait_stop`,
-    `until_stop`). Whatever still runs at the *cut-off* (``reserve`` seconds
-    before the hard deadline, or the last tenth of the time left if that is
-    shorter) is cancelled, and its response ended: a 503 with
-    ``Connection: close`` if it had not started, the terminating chunk of a
-    streamed one, CLOSE 1001 for a WebSocket. When every connection has
-    closed, the lifespan shuts down within the time left. The hard deadline
-    is the one that bounds the calling task, such as the grace of the
-    bundle whose ``shutdown`` sent STOP; without one, nothing is cut off.
+    At STOP: the listeners close (the connections in their queues are
+    served, not reset); every request already received is answered,
+    requests pipelined behind it included, and the last response on each
+    HTTP/1.1 connection carries ``Connection: close``; idle keep-alive
+    connections close (FIN) once their client has had a second since its
+    last response to send another request, which is answered too; HTTP/2
+    connections get GOAWAY and their streams finish; the app hears STOP
+    (`stop_requested`, `wait_stop`, `until_stop`). Whatever still runs at
+    the *cut-off* (``reserve`` seconds before the hard deadline, or the last
+    tenth of the time left if that is shorter) is cancelled, and its
+    response ended: a 503 with ``Connection: close`` if it had not started,
+    the terminating chunk of a streamed one, CLOSE 1001 for a WebSocket.
+    When every connection has closed, the lifespan shuts down within the
+    time left. The hard deadline is the one that bounds the calling task,
+    such as the grace of the bundle whose ``shutdown`` sent STOP; without
+    one, nothing is cut off.
 
     This is a checkpoint.
 
@@ -216,12 +222,17 @@ async def _serve(
                     task_status.started(server)
                     while await inbox.receive() is not STOP:
                         pass  # nothing but STOP is meant for a server
-                    await drain(core, listeners, reserve, parent)
+                    await drain(
+                        core,
+                        functools.partial(stop_listening, listeners, connections, core),
+                        reserve,
+                        parent,
+                    )
                 await lifespan.shut_down()
                 nursery.cancel_scope.cancel()
     finally:
         for listener in listeners:
-            await trio.aclose_forcefully(listener)
+            listener.close()
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
 """The server's shutdown: STOP, the drain, the cut-off, and what the report says.
 
-At STOP the listeners close and every connection and the app are told; the
-server then waits for the connections to close, with a progress line every
+At STOP the listeners close (the connections still in their queues are
+served, not reset) and every connection and the app are told; the server
+then waits for the connections to close, with a progress line every
 `PROGRESS_INTERVAL` seconds naming the requests still running. At the
 cut-off (`cutoff`) what still runs is cut off, and noted in the report of
 the bundle the server is a child of.
@@ -10,7 +11,7 @@ the bundle the server is a child of.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import trio
 
@@ -32,28 +33,32 @@ def cutoff(deadline: float, now: float, reserve: float) -> float:
 
 async def drain(
     core: ServerCore,
-    listeners: Sequence[trio.abc.AsyncResource],
+    stop_listening: Callable[[], int],
     reserve: float,
     parent: Bundle | None,
 ) -> None:
     """Drain the server after STOP, within the calling task's deadline.
 
-    ``parent`` is the bundle whose report gets the cut-off's notes. This is
-    a checkpoint.
+    ``stop_listening`` closes the listeners and returns how many queued
+    connections it took from them (`_listeners.stop_listening`); ``parent``
+    is the bundle whose report gets the cut-off's notes. This is a
+    checkpoint.
     """
     now = trio.current_time()
     deadline = trio.current_effective_deadline()
     cut = cutoff(deadline, now, reserve) if deadline < math.inf else math.inf
-    for listener in listeners:
-        await trio.aclose_forcefully(listener)
-    await core.context.terminated.set()
+    # Told of the drain before they run: served as every other connection.
     core.drain.begin(cutoff=cut, deadline=deadline)
+    queued = stop_listening()
+    await core.context.terminated.set()
     logger.info(
         "STOP: draining %d connections, %d requests running; cut-off in %s",
         len(core.connections),
         sum(len(c.requests) for c in core.connections),
         "never" if cut == math.inf else f"{cut - now:.1f} s",
     )
+    if queued:
+        logger.info("STOP: %d connections taken from the listeners' queues", queued)
     for connection in list(core.connections):
         connection.stop()
     with trio.move_on_at(cut):
