@@ -334,7 +334,7 @@ async def test_a_worker_that_lost_its_job_writes_nothing(
     # The hand-back at the shutdown was refused: the rescue stands alone.
     assert (job.state, job.handbacks, job.attempts) == (S.QUEUED, 0, 1)
     assert audit(await store.events(job_id))[-1] == (S.RUNNING, S.QUEUED, 1)
-    assert worker.statistics().ended == {"running": 1}
+    assert worker.statistics().ended == {"lost": 1}
 
 
 async def test_each_job_runs_as_a_child_of_its_own_bundle_one_after_another(
@@ -449,4 +449,4 @@ async def test_a_timeout_of_a_job_rescued_meanwhile_writes_nothing(
     events = audit(await store.events(job_id))
     assert (S.RUNNING, S.TIMING_OUT, 3) not in events
     assert events[2] == (S.RUNNING, S.QUEUED, 1)
-    assert worker.statistics().ended["running"] == 1
+    assert worker.statistics().ended["lost"] == 1

@@ -89,6 +89,11 @@ class PostgresQueries(SqlQueries):
             cursor.execute(query, args)  # pyright: ignore[reportArgumentType]
             return cursor.fetchall() if cursor.description else []
 
+    def _update(self, sql: str, args: Sequence[Any]) -> int:
+        with self._db.cursor() as cursor:
+            cursor.execute(sql.replace("?", "%s"), args)  # pyright: ignore[reportArgumentType]
+            return cursor.rowcount
+
     def _connect(self) -> psycopg.Connection[Any]:
         import psycopg
         from psycopg.conninfo import make_conninfo

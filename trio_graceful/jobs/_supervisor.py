@@ -24,6 +24,15 @@ attempt's end is decided by whichever comes first:
 Every write goes through the worker's `StoreAccess`, so a store outage
 delays it and never fails the job. Progress reported during an outage is
 kept in the attempt and written when the store is back (the last wins).
+
+An attempt whose job another worker settled after this one's lease expired
+(a rescue during an outage, say) is *lost*: found by any write of the
+attempt (`LostJobError`), by the check after each lease renewal
+(`check_held`), or by a claim that brings the same job back. It is
+hard-cancelled at once, leaves `running` (its slot is free), writes
+nothing more, and is logged at WARNING with where the job is now; the
+worker goes on. `running` is keyed by job id, and a job's new attempt may
+be claimed while the lost one unwinds: each attempt removes only itself.
 """
 
 from __future__ import annotations
@@ -49,8 +58,8 @@ from ._attempt import Attempt, AttemptEvent, AttemptState
 from ._claims import Claims
 from ._context import JobContext, JobStopped
 from ._functions import JobFunction
-from ._holding import LostJobError
 from ._jsonrule import to_json
+from ._leases import LostJobError, lost_job_error
 from ._outages import StoreUnavailableError
 from ._records import JobRecord
 from ._states import IllegalJobTransitionError, JobEvent, JobState
@@ -132,6 +141,13 @@ class Supervisor:
             self.bundle.start_soon(self._supervise, self._attempt(job), name="job slot")
 
     def _attempt(self, job: JobRecord) -> Attempt:
+        earlier = self.running.get(job.id)
+        if earlier is not None:
+            # The store gave the job back to us on a new attempt: the
+            # earlier one was settled by a rescuer while we were away.
+            lost = lost_job_error(job, self.worker_id, earlier.job.attempts)
+            assert lost is not None  # a later attempt
+            self.lose(earlier, lost)
         attempt = self.running[job.id] = Attempt(job)
         _trace(self.worker_id, job.id, JobState.QUEUED, JobState.RUNNING)
         if self.drain_deadline is not None:
@@ -160,14 +176,61 @@ class Supervisor:
             if attempt is not None:
                 attempt.apply(AttemptEvent.CANCEL)
 
+    def lose(self, attempt: Attempt, lost: LostJobError) -> None:
+        """Stop ``attempt``, no longer the worker's: hard-cancel it, log ``lost``.
+
+        The attempt leaves `running` (its slot is free) and writes nothing
+        more. Once is enough: later calls do nothing. Not a checkpoint.
+        """
+        if attempt.state is AttemptState.LOST:
+            return
+        attempt.apply(AttemptEvent.LOSE)
+        job_id = attempt.job.id
+        if self.running.get(job_id) is attempt:
+            del self.running[job_id]
+            self._slot_freed.set()
+        if attempt.scope is not None:
+            attempt.scope.cancel(reason=f"job {job_id} is no longer this worker's")
+        logger.warning("worker %s: %s; its attempt was stopped", self.worker_id, lost)
+
+    async def check_held(self) -> None:
+        """Stop the running attempts whose jobs the store gave to another.
+
+        For a job that reports no progress, the only way to learn of a
+        rescue before it ends. Reads the jobs whose functions still run
+        (those settling write, and learn it then). This is a checkpoint.
+        """
+        attending = [a for a in self.running.values() if a.scope is not None]
+        if not attending:
+            await trio.lowlevel.checkpoint()
+            return
+        ids = [attempt.job.id for attempt in attending]
+        records = await self.access.call(
+            "checking its jobs", lambda: self.access.store.jobs(ids), writes=False
+        )
+        for attempt, now in zip(attending, records, strict=True):
+            # Only an attempt still in its bundle: one that has left it may
+            # have written its own ending since the read.
+            if attempt.scope is None or attempt.state is AttemptState.LOST:
+                continue
+            lost = lost_job_error(now, self.worker_id, attempt.job.attempts)
+            if lost is not None:
+                self.lose(attempt, lost)
+
     async def flush_progress(self) -> None:
         """Write the progress reported during an outage. This is a checkpoint."""
         await trio.lowlevel.checkpoint()
         for attempt in list(self.running.values()):
-            while attempt.unsaved is not None and attempt.job.id in self.running:
+            while (
+                attempt.unsaved is not None
+                and self.running.get(attempt.job.id) is attempt
+            ):
                 progress, attempt.unsaved = attempt.unsaved, None
                 save = functools.partial(self._save, attempt, progress)
-                await self.access.call("saving progress", save)
+                try:
+                    await self.access.call("saving progress", save)
+                except LostJobError as lost:
+                    self.lose(attempt, lost)
 
     async def _save(self, attempt: Attempt, progress: Mapping[str, Any]) -> None:
         job = attempt.job
@@ -184,6 +247,12 @@ class Supervisor:
         attempt.unsaved = None  # newer than anything waiting to be flushed
         try:
             await self._save(attempt, progress)
+        except LostJobError as lost:
+            # The job's own tasks are cancelled with it: the checkpoint
+            # raises trio.Cancelled here, as at any point of a hard cancel.
+            self.lose(attempt, lost)
+            await trio.lowlevel.checkpoint()
+            raise
         except Exception as exc:
             if not self.access.note("saving progress", exc):
                 raise
@@ -221,19 +290,27 @@ class Supervisor:
             job = attempt.job
             try:
                 await self._run(attempt)
-            except (LostJobError, IllegalJobTransitionError) as exc:
+            except LostJobError as lost:
                 # A rescuer took the job from us (our lease had expired): its
                 # state is no longer ours to write, and nothing was written.
+                self.lose(attempt, lost)
+            except IllegalJobTransitionError as exc:
                 logger.warning("worker %s: %s", self.worker_id, exc)
             except StoreUnavailableError:
                 self.unsettled.append(job.id)
             finally:
-                del self.running[job.id]
+                # A lost attempt has left already, and a new attempt of the
+                # same job may be running in its place.
+                if self.running.get(job.id) is attempt:
+                    del self.running[job.id]
                 # The claim loop waits for a free slot; a settlement that
                 # claimed a job in this one's place left none.
                 if len(self.running) < self.claims.concurrency:
                     self._slot_freed.set()
-                state = attempt.job.state.value
+                if attempt.state is AttemptState.LOST:
+                    state = "lost"
+                else:
+                    state = attempt.job.state.value
                 self.ended[state] = self.ended.get(state, 0) + 1
             next_up = attempt.successor
 
@@ -242,6 +319,8 @@ class Supervisor:
         # The worker claims only the kinds it has functions for.
         ctx, hard_cancelled = await self._attend(attempt, self.functions[job.kind])
         ended = attempt.outcome
+        if attempt.state is AttemptState.LOST:
+            return  # stopped, logged, nothing to write: see lose()
         if attempt.state is AttemptState.TIMING_OUT:
             assert job.timeout is not None
             await self._write(
@@ -309,6 +388,7 @@ class Supervisor:
         # host task, for every job): what is left is written after the block.
         try:
             async with open_bundle_cancelling_body(name=f"job {job.id}") as bundle:
+                attempt.scope = bundle.cancel_scope
                 ctx = JobContext._create(  # pyright: ignore[reportPrivateUsage]
                     job,
                     bundle,
@@ -332,6 +412,8 @@ class Supervisor:
                 elif state is AttemptState.CANCELLING:
                     await self._write(attempt, JobEvent.CANCEL, "cancel requested")
                     await bundle.shutdown(self.cancel_grace)
+                elif state is AttemptState.LOST:
+                    pass  # hard-cancelled by lose(): the block ends at once
                 elif state is not AttemptState.ENDED:
                     assert self.drain_deadline is not None
                     grace = max(0.0, self.drain_deadline - trio.current_time())
@@ -339,6 +421,8 @@ class Supervisor:
         except Exception as exc:
             # The function's own errors are its outcome already (see _call).
             attempt.outcome = outcome.Error(_subtasks_error(exc))
+        finally:
+            attempt.scope = None
         # both made before the first checkpoint of the block
         assert ctx is not None
         assert bundle is not None

@@ -60,7 +60,8 @@ class WorkerStatistics:
     claimed: int
     """Jobs claimed since the worker started."""
     ended: Mapping[str, int]
-    """How many attempts ended in each state (``"queued"`` for hand-backs)."""
+    """How many attempts ended in each state (``"queued"`` for hand-backs,
+    ``"lost"`` for attempts stopped because another worker took their job)."""
     draining: bool
     """True once the worker has stopped claiming."""
 
@@ -272,6 +273,8 @@ class Worker:
                 self.worker_id, lease=self.lease, incarnation=self.incarnation
             ),
         )
+        # A rescuer may have settled our jobs while the lease was expired.
+        await self._jobs.check_held()
 
     async def _serve_cancel_requests(self) -> None:
         while True:
@@ -333,10 +336,12 @@ class Worker:
     def _log_settled(self, jobs: list[JobRecord], how: str) -> None:
         for job in jobs:
             logger.warning(
-                "worker %s %s job %s: now %s",
+                "worker %s %s job %s (attempt %d of worker %r): now %s",
                 self.worker_id,
                 how,
                 job.id,
+                job.attempts,
+                job.worker,
                 job.state.value,
             )
 
