@@ -81,21 +81,29 @@ def _trace(worker_id: str, job_id: str, source: JobState, target: JobState) -> N
         )
 
 
-def _subtasks_error(exc: Exception) -> BaseException:
-    """What the job's subtasks raised, out of what left the job's bundle.
+def _job_error(exc: BaseException) -> BaseException | None:
+    """The job's outcome, out of what left the job's bundle; None if not the job's.
 
     The store's errors, raised by the writes of the bundle's body, are the
-    supervisor's to handle: the first is raised again, on its own. Subtasks
-    that all raised `JobStopped` stopped as asked.
+    supervisor's to handle: the first is raised again, on its own. What is
+    neither an `Exception` nor `JobStopped` (`trio.Cancelled` from outside,
+    `KeyboardInterrupt`) is not the job's either: None. Subtasks that all
+    raised `JobStopped` stopped as asked; if others raised something else,
+    that fails the job, without the `JobStopped` of the rest.
     """
     group = as_group(exc)
     if group is None:
-        return exc
+        if isinstance(exc, _STORE_ERRORS):
+            raise exc
+        return exc if isinstance(exc, (Exception, JobStopped)) else None
     ours, _ = group.split(_STORE_ERRORS)
     if ours is not None:
         raise first_leaf(ours)
+    _, foreign = group.split((Exception, JobStopped))
+    if foreign is not None:
+        return None
     _, rest = group.split(JobStopped)
-    return first_leaf(group) if rest is None else group
+    return first_leaf(group) if rest is None else rest
 
 
 def _failure(error: BaseException) -> str:
@@ -418,9 +426,12 @@ class Supervisor:
                     assert self.drain_deadline is not None
                     grace = max(0.0, self.drain_deadline - trio.current_time())
                     await bundle.shutdown(grace)
-        except Exception as exc:
+        except BaseException as exc:
             # The function's own errors are its outcome already (see _call).
-            attempt.outcome = outcome.Error(_subtasks_error(exc))
+            error = _job_error(exc)
+            if error is None:
+                raise
+            attempt.outcome = outcome.Error(error)
         finally:
             attempt.scope = None
         # both made before the first checkpoint of the block
@@ -458,7 +469,8 @@ class Supervisor:
             try:
                 # A result that is not JSON fails the job, with its path.
                 value = to_json(await fn(ctx), what="result")
-            except Exception as exc:
+            except (Exception, JobStopped) as exc:
+                # JobStopped is a BaseException, as trio.Cancelled is.
                 attempt.outcome = outcome.Error(exc)
             else:
                 attempt.outcome = outcome.Value(value)
