@@ -72,8 +72,10 @@ class PostgresQueries(SqlQueries):
         try:
             self._db: psycopg.Connection[Any] = self._connect()
         except psycopg.Error as exc:
+            # libpq's message spans lines (a hint on the next, indented).
+            why = " ".join(str(exc).split())
             raise StoreError(
-                f"cannot connect to the PostgreSQL store {_redact(url)!r}: {exc}"
+                f"cannot connect to the PostgreSQL store {_redact(url)!r}: {why}"
             ) from None
         schema = SCHEMA.format(real="DOUBLE PRECISION", serial="BIGSERIAL PRIMARY KEY")
         with self._transaction():
