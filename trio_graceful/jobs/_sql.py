@@ -21,7 +21,7 @@ from typing import Any
 from ._holding import HoldingQueries
 from ._leases import LostJobError
 from ._records import JobRecord
-from ._schema import updated
+from ._schema import WRITABLE, updated
 from ._states import JobEvent, JobState, check_transition
 
 
@@ -114,9 +114,14 @@ class SqlQueries(HoldingQueries):
                 lease holds it; nothing is written.
         """
         target = check_transition(job.id, job.state, event)
-        columns = {"state": target.value, **changes}
+        given = {"state": target.value, **changes}
         if target.terminal:
-            columns["ended_at"] = now
+            given["ended_at"] = now
+        unknown = given.keys() - set(WRITABLE)
+        if unknown:  # a bug of this package: JobStore checks what callers give
+            raise ValueError(f"jobs has no writable column {sorted(unknown)}")
+        # The statement names the schema's columns, never the keys given.
+        columns: dict[str, Any] = {n: given[n] for n in WRITABLE if n in given}
         assignments = ", ".join(f"{name} = ?" for name in columns)
         condition = "id = ? AND state = ? AND attempts = ?"
         args: tuple[Any, ...] = (job.id, job.state.value, job.attempts)
