@@ -1,7 +1,8 @@
 """The attempts a worker runs: each in its own bundle, settled in the store.
 
-A `Supervisor` owns the worker's running attempts (`Attempt`, whose state
-is a table) and the moment the worker began to drain. A job's function runs
+A `Supervisor` runs the worker's attempts (`Attempt`, whose state is a
+table; `RunningAttempts` keeps them by job id and frees their slots) and
+owns the moment the worker began to drain. A job's function runs
 as the child of a bundle whose body waits for the attempt's end to be
 decided and carries it out; a hard cancel of the job ends that body too
 (`open_bundle_cancelling_body`: one nursery, no host task), and the ending
@@ -26,13 +27,8 @@ delays it and never fails the job. Progress reported during an outage is
 kept in the attempt and written when the store is back (the last wins).
 
 An attempt whose job another worker settled after this one's lease expired
-(a rescue during an outage, say) is *lost*: found by any write of the
-attempt (`LostJobError`), by the check after each lease renewal
-(`check_held`), or by a claim that brings the same job back. It is
-hard-cancelled at once, leaves `running` (its slot is free), writes
-nothing more, and is logged at WARNING with where the job is now; the
-worker goes on. `running` is keyed by job id, and a job's new attempt may
-be claimed while the lost one unwinds: each attempt removes only itself.
+is *lost* (see `RunningAttempts`): hard-cancelled, it writes nothing more,
+and the worker goes on.
 """
 
 from __future__ import annotations
@@ -59,9 +55,10 @@ from ._claims import Claims
 from ._context import JobContext, JobStopped
 from ._functions import JobFunction
 from ._jsonrule import to_json
-from ._leases import LostJobError, lost_job_error
+from ._leases import LostJobError
 from ._outages import StoreUnavailableError
 from ._records import JobRecord
+from ._running import RunningAttempts
 from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._traceback import report_failure
 
@@ -133,14 +130,20 @@ class Supervisor:
     heartbeat_interval: float
     budget: ThreadBudget | None
     claims: Claims
-    running: dict[str, Attempt] = attrs.field(factory=dict[str, Attempt])
-    ended: dict[str, int] = attrs.field(factory=dict[str, int])
+    attempts: RunningAttempts = attrs.field(init=False)
     #: Where the attempts run, while the worker serves.
     bundle: Bundle | None = None
     drain_deadline: float | None = None
     #: Jobs whose ending could not be written before the drain deadline.
     unsettled: list[str] = attrs.field(factory=list[str])
-    _slot_freed: trio.Event = attrs.field(factory=trio.Event)
+
+    def __attrs_post_init__(self) -> None:
+        self.attempts = RunningAttempts(self.worker_id, self.claims.concurrency)
+
+    @property
+    def running(self) -> dict[str, Attempt]:
+        """The attempt run of each job, by the job's id."""
+        return self.attempts.running
 
     def add(self, jobs: list[JobRecord]) -> None:
         """Start an attempt of each job of ``jobs``, just claimed. Not a checkpoint."""
@@ -149,25 +152,11 @@ class Supervisor:
             self.bundle.start_soon(self._supervise, self._attempt(job), name="job slot")
 
     def _attempt(self, job: JobRecord) -> Attempt:
-        earlier = self.running.get(job.id)
-        if earlier is not None:
-            # The store gave the job back to us on a new attempt: the
-            # earlier one was settled by a rescuer while we were away.
-            lost = lost_job_error(job, self.worker_id, earlier.job.attempts)
-            assert lost is not None  # a later attempt
-            self.lose(earlier, lost)
-        attempt = self.running[job.id] = Attempt(job)
+        attempt = self.attempts.add(job)
         _trace(self.worker_id, job.id, JobState.QUEUED, JobState.RUNNING)
         if self.drain_deadline is not None:
             attempt.apply(AttemptEvent.DRAIN)  # claimed as the drain began
         return attempt
-
-    async def wait_slot(self, concurrency: int) -> None:
-        """Wait until fewer than ``concurrency`` attempts run. This is a checkpoint."""
-        await trio.lowlevel.checkpoint()
-        while len(self.running) >= concurrency:
-            await self._slot_freed.wait()
-            self._slot_freed = trio.Event()
 
     def drain(self, grace: float) -> None:
         """Give every attempt STOP and ``grace`` seconds. Not a checkpoint."""
@@ -184,46 +173,9 @@ class Supervisor:
             if attempt is not None:
                 attempt.apply(AttemptEvent.CANCEL)
 
-    def lose(self, attempt: Attempt, lost: LostJobError) -> None:
-        """Stop ``attempt``, no longer the worker's: hard-cancel it, log ``lost``.
-
-        The attempt leaves `running` (its slot is free) and writes nothing
-        more. Once is enough: later calls do nothing. Not a checkpoint.
-        """
-        if attempt.state is AttemptState.LOST:
-            return
-        attempt.apply(AttemptEvent.LOSE)
-        job_id = attempt.job.id
-        if self.running.get(job_id) is attempt:
-            del self.running[job_id]
-            self._slot_freed.set()
-        if attempt.scope is not None:
-            attempt.scope.cancel(reason=f"job {job_id} is no longer this worker's")
-        logger.warning("worker %s: %s; its attempt was stopped", self.worker_id, lost)
-
     async def check_held(self) -> None:
-        """Stop the running attempts whose jobs the store gave to another.
-
-        For a job that reports no progress, the only way to learn of a
-        rescue before it ends. Reads the jobs whose functions still run
-        (those settling write, and learn it then). This is a checkpoint.
-        """
-        attending = [a for a in self.running.values() if a.scope is not None]
-        if not attending:
-            await trio.lowlevel.checkpoint()
-            return
-        ids = [attempt.job.id for attempt in attending]
-        records = await self.access.call(
-            "checking its jobs", lambda: self.access.store.jobs(ids), writes=False
-        )
-        for attempt, now in zip(attending, records, strict=True):
-            # Only an attempt still in its bundle: one that has left it may
-            # have written its own ending since the read.
-            if attempt.scope is None or attempt.state is AttemptState.LOST:
-                continue
-            lost = lost_job_error(now, self.worker_id, attempt.job.attempts)
-            if lost is not None:
-                self.lose(attempt, lost)
+        """Stop the attempts whose jobs are another's now. This is a checkpoint."""
+        await self.attempts.check(self.access)
 
     async def flush_progress(self) -> None:
         """Write the progress reported during an outage. This is a checkpoint."""
@@ -238,7 +190,7 @@ class Supervisor:
                 try:
                     await self.access.call("saving progress", save)
                 except LostJobError as lost:
-                    self.lose(attempt, lost)
+                    self.attempts.lose(attempt, lost)
 
     async def _save(self, attempt: Attempt, progress: Mapping[str, Any]) -> None:
         job = attempt.job
@@ -258,7 +210,7 @@ class Supervisor:
         except LostJobError as lost:
             # The job's own tasks are cancelled with it: the checkpoint
             # raises trio.Cancelled here, as at any point of a hard cancel.
-            self.lose(attempt, lost)
+            self.attempts.lose(attempt, lost)
             await trio.lowlevel.checkpoint()
             raise
         except Exception as exc:
@@ -301,25 +253,13 @@ class Supervisor:
             except LostJobError as lost:
                 # A rescuer took the job from us (our lease had expired): its
                 # state is no longer ours to write, and nothing was written.
-                self.lose(attempt, lost)
+                self.attempts.lose(attempt, lost)
             except IllegalJobTransitionError as exc:
                 logger.warning("worker %s: %s", self.worker_id, exc)
             except StoreUnavailableError:
                 self.unsettled.append(job.id)
             finally:
-                # A lost attempt has left already, and a new attempt of the
-                # same job may be running in its place.
-                if self.running.get(job.id) is attempt:
-                    del self.running[job.id]
-                # The claim loop waits for a free slot; a settlement that
-                # claimed a job in this one's place left none.
-                if len(self.running) < self.claims.concurrency:
-                    self._slot_freed.set()
-                if attempt.state is AttemptState.LOST:
-                    state = "lost"
-                else:
-                    state = attempt.job.state.value
-                self.ended[state] = self.ended.get(state, 0) + 1
+                self.attempts.end(attempt)
             next_up = attempt.successor
 
     async def _run(self, attempt: Attempt) -> None:

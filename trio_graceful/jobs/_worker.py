@@ -171,7 +171,7 @@ class Worker:
         return WorkerStatistics(
             running=len(self._jobs.running),
             claimed=self._claims.claimed,
-            ended=dict(self._jobs.ended),
+            ended=dict(self._jobs.attempts.ended),
             draining=self._jobs.drain_deadline is not None,
         )
 
@@ -253,7 +253,7 @@ class Worker:
     async def _claim_forever(self) -> None:
         running = self._jobs.running
         while True:
-            await self._jobs.wait_slot(self.concurrency)
+            await self._jobs.attempts.wait_slot()
             limit = self._claims.free(len(running))
             claim = functools.partial(self._claims.claim, running.keys(), limit)
             jobs = await self._access.call("claiming", claim)
