@@ -140,6 +140,39 @@ async def test_a_job_taken_over_is_stopped_at_its_next_progress_write(
     assert worker.statistics().ended == {"lost": 1, "queued": 1}
 
 
+async def test_progress_kept_through_an_outage_finds_the_job_taken_over(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    watched = Watched()
+
+    async def hanging(ctx: JobContext) -> None:
+        try:
+            await trio.sleep(1000)
+        except trio.Cancelled:
+            watched.note("hard-cancelled")
+            raise
+
+    store = mock_store()
+    job_id = await store.submit("hanging")
+    worker = make_worker(store, {"hanging": hanging}, concurrency=1, lease=300)
+    async with serving(worker):
+        await trio.sleep(1)
+        supervisor = worker._jobs  # pyright: ignore[reportPrivateUsage]
+        # As if reported during an outage that outlasted the lease, in
+        # which another worker rescued the job: written once the store is
+        # back, by the task that flushes progress.
+        supervisor.running[job_id].unsaved = {"step": 7}
+        rescue_behind_its_back(store)
+        await supervisor.flush_progress()
+        await trio.sleep(1)
+        assert watched.ended == [("hard-cancelled", 1)]
+    assert (await store.get(job_id)).progress is None
+    assert lost_lines(caplog) == [
+        f"worker w1: job {job_id} attempt 1 no longer belongs to worker 'w1'; "
+        "it is queued, set by worker 'rescuer'; its attempt was stopped"
+    ]
+
+
 async def test_a_job_taken_over_writes_no_ending_and_the_worker_goes_on(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
