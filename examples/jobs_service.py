@@ -20,6 +20,13 @@ out); give a job ``--timeout`` or ``--fail-at`` (``status --traceback``
 shows where it failed); run several workers on one store. Under an
 orchestrator, ``--health-port`` serves ``/readyz`` and ``--drain-delay S``
 keeps the worker taking jobs for S seconds after SIGTERM, not ready.
+
+Exit status: 0 on success; 1 for an error, said in one line on stderr
+(``jobs_service: error: ...``: a store that cannot be opened, such as a
+missing or read-only directory or an unreachable PostgreSQL server, an
+unknown job id, a bad worker option; ``--debug`` adds its traceback); 1
+too if a running worker stops with an error (its traceback is logged);
+2 for a command line that argparse refuses.
 """
 
 from __future__ import annotations
@@ -33,8 +40,7 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -131,25 +137,10 @@ def job_functions(audit: str | None) -> dict[str, JobFunction]:
     return {"steps": steps, "stubborn": stubborn, "blocking": blocking}
 
 
-@asynccontextmanager
-async def opened(store: JobStore) -> AsyncGenerator[JobStore, None]:
-    """Hold the store open until the services that use it have stopped."""
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-async def run_worker(
-    args: argparse.Namespace,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve jobs until the program shuts down."""
-    runner = trio_graceful.current_runner()
-    store = await runner.enter_resource(opened(open_store(args.store)), name="store")
+def make_worker(store: JobStore, args: argparse.Namespace) -> jobs.Worker:
+    """The worker the options ask for; a bad option raises ValueError or TypeError."""
     ids = {} if args.worker_id is None else {"worker_id": args.worker_id}
-    worker = jobs.Worker(
+    return jobs.Worker(
         store,
         job_functions(args.audit),
         **ids,
@@ -160,6 +151,15 @@ async def run_worker(
         stale_after=args.stale_after,
         poll_interval=0.1,
     )
+
+
+async def run_worker(
+    worker: jobs.Worker,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve jobs until the program shuts down."""
+    runner = trio_graceful.current_runner()
     await runner.start_service(worker.serve, name="jobs worker")
     task_status.started()
     _, inbox = runner.root.open_inbox()
@@ -231,6 +231,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Durable background jobs: a worker and its clients."
     )
     parser.add_argument("--store", default="sqlite:///jobs.db")
+    parser.add_argument(
+        "--debug", action="store_true", help="log at DEBUG, with errors' tracebacks"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="run jobs until SIGTERM or SIGINT")
     worker.add_argument("--concurrency", type=count, default=4)
@@ -262,16 +265,25 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(
-        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if args.debug else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
     )
+    # The store is opened, and the worker made, before anything runs: an
+    # error there is one line, not the traceback of a failed startup.
     try:
-        if args.command == "worker":
-            options = trio_graceful.run_arguments(args)
-            # The program's grace covers the jobs' grace and the hand-backs.
-            options["grace"] = args.grace + 5
-            return trio_graceful.run(run_worker, args, **options, name="jobs worker")
         store = open_store(args.store)
+    except (ValueError, StoreError) as exc:
+        return failed(exc)
+    with store:
         try:
+            if args.command == "worker":
+                worker = make_worker(store, args)
+                options = trio_graceful.run_arguments(args)
+                # The program's grace covers the jobs' grace and the hand-backs.
+                options["grace"] = args.grace + 5
+                return trio_graceful.run(
+                    run_worker, worker, **options, name="jobs worker"
+                )
             if args.command == "submit":
                 trio.run(submit, store, args)
             elif args.command == "cancel":
@@ -281,12 +293,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"cancellation of {job.id} requested; it is {job.state.value}")
             else:
                 trio.run(status, store, args)
-        finally:
-            store.close()
-    except (JobNotFoundError, ValueError, StoreError) as exc:
-        print(f"jobs_service: error: {exc}", file=sys.stderr)
-        return 1
+        except (JobNotFoundError, TypeError, ValueError, StoreError) as exc:
+            return failed(exc)
     return 0
+
+
+def failed(exc: Exception) -> int:
+    """Say what went wrong in one line (its traceback at DEBUG); return 1."""
+    print(f"jobs_service: error: {exc}", file=sys.stderr)
+    logging.getLogger("jobs_service").debug("the error's traceback", exc_info=exc)
+    return 1
 
 
 if __name__ == "__main__":

@@ -427,3 +427,46 @@ def test_unknown_job_id(service: Service) -> None:
         assert len(q.events(None)) == 1
     finally:
         q.close()
+
+
+@pytest.mark.parametrize("command", [["worker"], ["status"], ["submit", "steps"]])
+def test_a_store_that_cannot_be_opened_is_one_line_on_stderr(
+    tmp_path: Path, command: list[str]
+) -> None:
+    missing = tmp_path / "missing" / "jobs.db"
+    service = Service(tmp_path, f"sqlite:///{missing}")
+    done = service.cli(*command)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"jobs_service: error: store file '{missing}' cannot be opened: "
+        "unable to open database file\n"
+    )
+    # With --debug, the traceback follows, at DEBUG.
+    done = service.cli("--debug", *command)
+    assert done.returncode == 1
+    first, *rest = done.stderr.splitlines()
+    assert first.startswith("jobs_service: error: store file ")
+    assert rest[:2] == [
+        "DEBUG jobs_service: the error's traceback",
+        "Traceback (most recent call last):",
+    ]
+    assert not missing.parent.exists()
+
+
+def test_an_unreachable_postgres_server_is_one_line_on_stderr(tmp_path: Path) -> None:
+    pytest.importorskip("psycopg")
+    # No server listens on a socket in an empty directory.
+    url = f"postgresql://postgres@/postgres?host={tmp_path}"
+    for command in (["worker"], ["status"]):
+        done = Service(tmp_path, url).cli(*command)
+        assert (done.returncode, done.stdout) == (1, "")
+        [line] = done.stderr.splitlines()
+        assert line.startswith(
+            f"jobs_service: error: cannot connect to the PostgreSQL store '{url}': "
+        )
+
+
+def test_a_bad_worker_option_is_one_line_on_stderr(service: Service) -> None:
+    done = service.cli("worker", "--worker-id", "")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "jobs_service: error: worker_id must not be empty\n"

@@ -12,6 +12,7 @@ asserts how fast the machine is.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import signal
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.examples.test_jobs_service import PATIENCE, Service, stop_all
-from trio_graceful.jobs import StoreError, open_store
+from trio_graceful.jobs import JobRecord, JobState, StoreError, open_store
 
 from .faults_support import (
     assert_each_completed_once,
@@ -35,6 +36,8 @@ from .faults_support import (
 )
 
 pytestmark = pytest.mark.realtime
+
+S = JobState
 
 
 def outages_logged(service: Service, worker_id: str) -> list[float]:
@@ -153,7 +156,7 @@ def test_sigkilled_and_restarted_twenty_times_under_one_id(tmp_path: Path) -> No
         stop_all(service)
 
 
-def service_jobs(service: Service, ids: list[str]) -> list[object]:
+def service_jobs(service: Service, ids: list[str]) -> list[JobRecord]:
     q = service.queries()
     try:
         return list(q.jobs(ids))
@@ -228,4 +231,73 @@ def test_postgres_down_at_the_shutdown_leaves_jobs_for_the_rescue(
             assert_each_completed_once(service, ids, 40)
             assert service.stop(second) == 0
         finally:
+            stop_all(service)
+
+
+def rescues_logged(service: Service, *worker_ids: str) -> list[tuple[str, str]]:
+    """The (job, attempt) of each rescue that the workers logged."""
+    return [
+        found
+        for worker_id in worker_ids
+        for found in re.findall(
+            r"rescued job (\w+) \(attempt (\d+) of", log_of(service, worker_id)
+        )
+    ]
+
+
+def test_postgres_stopped_for_longer_than_the_lease_under_two_workers(
+    tmp_path: Path,
+) -> None:
+    # W1 stalls through the outage too (SIGSTOP), so that W2 is the one to
+    # rescue its jobs; W1 finds them taken when it goes on.
+    pytest.importorskip("psycopg")
+    with own_postgres() as server:
+        service = Service(tmp_path, server.url)
+        try:
+            ids = submit_many(service.url, 12, steps=30, step_ms=100)
+            options = ("--concurrency", "3", "--lease", "2")
+            w1, w2 = [service.start_worker(w, *options) for w in ("W1", "W2")]
+            started(service, "W1", "W2")
+            service.wait("some progress", lambda: service.step(ids[0]) >= 2)
+            w1.send_signal(signal.SIGSTOP)
+            held = {
+                job.id: job.attempts
+                for job in service_jobs(service, ids)
+                if job.worker == "W1" and not job.state.terminal
+            }
+            server.ctl("-m", "fast", "stop")
+            time.sleep(5.3)
+            server.ctl("start")
+            service.wait(
+                "W2 to rescue the jobs of W1",
+                lambda: all(
+                    (job.worker, job.attempts) != ("W1", held[job.id])
+                    or job.state is S.QUEUED
+                    for job in service_jobs(service, list(held))
+                ),
+            )
+            w1.send_signal(signal.SIGCONT)
+            wait_all_ended(service, ids)
+            assert [w1.poll(), w2.poll()] == [None, None]
+            assert_each_completed_once(service, ids, 30)
+            log = log_of(service, "W1")
+            assert held
+            for job_id, attempt in held.items():
+                # Named with its new owner: a later attempt, or the rescuer.
+                assert re.search(
+                    rf"WARNING trio_graceful.jobs: worker W1: job {job_id} attempt "
+                    rf"{attempt} no longer belongs to worker 'W1'; it is \w+"
+                    r"( on attempt \d+ of worker 'W[12]'|, set by worker 'W2'); "
+                    r"its attempt was stopped",
+                    log,
+                ), log
+            assert "Traceback" not in log
+            rescues = rescues_logged(service, "W1", "W2")
+            assert {(j, int(a)) for j, a in rescues} >= set(held.items())
+            assert len(rescues) == len(set(rescues)), rescues
+            assert [service.stop(w) for w in (w1, w2)] == [0, 0]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                for process in service.workers:
+                    process.send_signal(signal.SIGCONT)
             stop_all(service)

@@ -283,6 +283,43 @@ async def test_a_transition_sets_only_the_columns_a_worker_may(
         assert (await store.get(job_id)).state is JobState.RUNNING
 
 
+class LooksLikeResult(str):
+    """A keyword name that compares and hashes as ``result``, but reads as SQL."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return other == "result" or str.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        return hash("result")
+
+
+async def test_no_keyword_name_of_a_caller_reaches_the_sql(store_url: str) -> None:
+    # As SQL: "result = NULL, state = ?", with the value 'queued'.
+    sneaky = LooksLikeResult("result = NULL, state")
+    with open_store(store_url) as store:
+        job_id = await store.submit("k")
+        await store.claim("w", lease=60)
+        events = await store.events()
+        await refused(
+            store,
+            lambda s: s.finish(
+                job_id,
+                JobEvent.COMPLETE,
+                worker="w",
+                attempt=1,
+                reason="r",
+                **{sneaky: "queued"},
+            ),
+            TypeError,
+            "a transition cannot set 'result = NULL, state'; "
+            "it sets only elapsed, error, failed_subtasks, progress, result",
+        )
+        assert await store.events() == events
+        assert (await store.get(job_id)).state is JobState.RUNNING
+
+
 async def test_a_closed_store_refuses_every_operation(store_url: str) -> None:
     store = open_store(store_url)
     job_id = await store.submit("k")

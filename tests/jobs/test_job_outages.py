@@ -303,7 +303,7 @@ def test_attempt_table_moves_and_refuses() -> None:
         match=(
             r"^job j: an attempt cannot end while ended; that is legal only while "
             r"running or cancelling or draining or draining, cancel requested or "
-            r"timing out$"
+            r"timing out or lost$"
         ),
     ):
         attempt.apply(AttemptEvent.END)

@@ -334,7 +334,7 @@ async def test_a_worker_that_lost_its_job_writes_nothing(
     # The hand-back at the shutdown was refused: the rescue stands alone.
     assert (job.state, job.handbacks, job.attempts) == (S.QUEUED, 0, 1)
     assert audit(await store.events(job_id))[-1] == (S.RUNNING, S.QUEUED, 1)
-    assert worker.statistics().ended == {"running": 1}
+    assert worker.statistics().ended == {"lost": 1}
 
 
 async def test_each_job_runs_as_a_child_of_its_own_bundle_one_after_another(
@@ -449,4 +449,92 @@ async def test_a_timeout_of_a_job_rescued_meanwhile_writes_nothing(
     events = audit(await store.events(job_id))
     assert (S.RUNNING, S.TIMING_OUT, 3) not in events
     assert events[2] == (S.RUNNING, S.QUEUED, 1)
-    assert worker.statistics().ended["running"] == 1
+    assert worker.statistics().ended["lost"] == 1
+
+
+async def swallowing(ctx: JobContext) -> None:
+    """Catches every Exception around its checkpoints, as careless jobs do."""
+    while True:
+        try:
+            await ctx.checkpoint()
+        except Exception as exc:
+            swallowed.append(exc)
+        try:
+            await trio.sleep(1)
+        except trio.Cancelled:
+            hard_cancelled.append(trio.current_time())
+            raise
+
+
+#: What `swallowing` caught, and when it was hard-cancelled.
+swallowed: list[Exception] = []
+hard_cancelled: list[float] = []
+
+
+async def test_except_exception_around_a_checkpoint_does_not_swallow_stop(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    hard_cancelled.clear()
+    swallowed.clear()
+    store = mock_store()
+    job_id = await store.submit("swallowing")
+    worker = make_worker(store, {"swallowing": swallowing}, grace=10)
+    async with serving(worker):
+        await trio.sleep(2.5)
+    # STOP at 2.5; the job stops at its next checkpoint, at 3, well within
+    # the grace, and is handed back without a hard cancel.
+    job = await store.get(job_id)
+    assert (job.state, job.handbacks, job.error) == (S.QUEUED, 1, None)
+    assert audit(await store.events(job_id))[-1] == (S.RUNNING, S.QUEUED, 3)
+    assert (swallowed, hard_cancelled) == ([], [])
+
+
+async def test_except_exception_around_a_checkpoint_does_not_swallow_a_cancel(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    hard_cancelled.clear()
+    swallowed.clear()
+    store = mock_store()
+    job_id = await store.submit("swallowing")
+    worker = make_worker(store, {"swallowing": swallowing}, cancel_grace=10)
+    async with serving(worker):
+        await trio.sleep(2.5)
+        await store.request_cancel(job_id)
+        await wait_for_state(store, job_id, S.CANCELLED)
+    events = await store.events(job_id)
+    assert (events[-1].target, events[-1].reason) == (
+        S.CANCELLED,
+        "cancelled cooperatively",
+    )
+    assert events[-1].at < 5
+    assert (swallowed, hard_cancelled) == ([], [])
+
+
+async def test_a_subtask_that_fails_as_others_stop_fails_the_job_naming_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def stepping(ctx: JobContext) -> None:
+        while True:
+            await ctx.checkpoint()  # raises JobStopped once asked to stop
+            await trio.sleep(1)
+
+    async def fails_at_stop(ctx: JobContext) -> None:
+        await ctx.wait_stop()
+        raise ValueError("cleanup failed")
+
+    async def mixed(ctx: JobContext) -> None:
+        current_bundle().start_soon(stepping, ctx)
+        current_bundle().start_soon(fails_at_stop, ctx)
+        await ctx.wait_stop()
+
+    store = mock_store()
+    job_id = await store.submit("mixed")
+    worker = make_worker(store, {"mixed": mixed}, grace=5)
+    async with serving(worker):
+        await trio.sleep(2.5)
+    job = await store.get(job_id)
+    assert (job.state, job.error) == (
+        S.FAILED,
+        "a subtask raised ValueError('cleanup failed')",
+    )
+    assert worker.statistics().ended == {"failed": 1}

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import math
 import socket
 from typing import cast, final
@@ -42,12 +41,13 @@ import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.typing import ConnectionState, TaskGroup
 
+from .._core._log import library_logger
 from .._core._openbundle import open_bundle
 from ._apps import AppTasks
 from ._core import ServerCore
 from ._protocols import ServerProtocol
 
-logger = logging.getLogger("trio_graceful.asgi")
+logger = library_logger("trio_graceful.asgi")
 
 MAX_RECV = 2**16
 # Seconds a closed connection waits for the client's own FIN.

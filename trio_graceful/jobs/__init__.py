@@ -16,8 +16,10 @@ if TYPE_CHECKING:
         JobStopped as JobStopped,
     )
     from ._functions import JobFunction as JobFunction
-    from ._holding import LostJobError as LostJobError
-    from ._leases import WorkerReplacedError as WorkerReplacedError
+    from ._leases import (
+        LostJobError as LostJobError,
+        WorkerReplacedError as WorkerReplacedError,
+    )
     from ._open import open_store as open_store
     from ._outages import (
         StoreGoneError as StoreGoneError,
@@ -68,7 +70,6 @@ __all__ = [
 _MODULES: dict[str, tuple[str, ...]] = {
     "._context": ("CallTimeoutError", "JobContext", "JobStopped"),
     "._records": ("AuditEvent", "JobRecord"),
-    "._holding": ("LostJobError",),
     "._sql": ("StoreError",),
     "._states": (
         "TRANSITIONS",
@@ -77,7 +78,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "JobNotFoundError",
         "JobState",
     ),
-    "._leases": ("WorkerReplacedError",),
+    "._leases": ("LostJobError", "WorkerReplacedError"),
     "._open": ("open_store",),
     "._outages": ("StoreGoneError", "StoreUnavailableError"),
     "._store": ("JobStore",),

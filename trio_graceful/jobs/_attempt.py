@@ -1,11 +1,12 @@
 """One job attempt inside its worker: what its supervisor does next, as a table.
 
 The persisted job states (`_states`) say where a job is for everyone; this
-table says where one attempt is for the worker running it. Four things
+table says where one attempt is for the worker running it. Five things
 can happen to an attempt, in any order: its function ends (``END``), a
 cancel request arrives (``CANCEL``), the worker begins to drain
-(``DRAIN``), its deadline passes (``TIME_OUT``, seen only while it runs).
-The first that the supervisor can act on decides the path:
+(``DRAIN``), its deadline passes (``TIME_OUT``, seen only while it runs),
+the store says that the job is no longer the worker's (``LOSE``). The
+first that the supervisor can act on decides the path:
 
 * ``ENDED``: settle by the function's outcome (completed, failed, or, if it
   stopped on request, handed back);
@@ -14,7 +15,11 @@ The first that the supervisor can act on decides the path:
   the outcome, handing back a job that did not finish;
 * ``DRAINING_CANCELLED``: as draining, but a job that did not finish is
   cancelled rather than handed back: the request wins over a hand-back;
-* ``TIMING_OUT``: hard-cancel the job, then settle it as timed out.
+* ``TIMING_OUT``: hard-cancel the job, then settle it as timed out;
+* ``LOST``: another worker settled the job after this one's lease expired
+  (it may run there on a later attempt): hard-cancel the job, write
+  nothing. ``LOSE`` wins from every state, since whatever the attempt was
+  doing, its writes are refused now.
 
 Later events that change nothing are self-loops; a pair missing from the
 table is a bug (`IllegalAttemptTransitionError`) and changes nothing.
@@ -45,6 +50,7 @@ class AttemptState(enum.Enum):
     DRAINING = "draining"
     DRAINING_CANCELLED = "draining, cancel requested"
     TIMING_OUT = "timing out"
+    LOST = "lost"
 
 
 class AttemptEvent(enum.Enum):
@@ -54,6 +60,7 @@ class AttemptEvent(enum.Enum):
     CANCEL = "cancel"
     DRAIN = "drain"
     TIME_OUT = "time out"
+    LOSE = "lose"
 
 
 _S = AttemptState
@@ -78,6 +85,10 @@ ATTEMPT_TRANSITIONS: Final[Mapping[tuple[AttemptState, AttemptEvent], AttemptSta
             (_S.TIMING_OUT, _E.END): _S.TIMING_OUT,
             (_S.TIMING_OUT, _E.CANCEL): _S.TIMING_OUT,
             (_S.TIMING_OUT, _E.DRAIN): _S.TIMING_OUT,
+            **{(state, _E.LOSE): _S.LOST for state in AttemptState},
+            (_S.LOST, _E.END): _S.LOST,
+            (_S.LOST, _E.CANCEL): _S.LOST,
+            (_S.LOST, _E.DRAIN): _S.LOST,
         }
     )
 )
@@ -103,6 +114,8 @@ class Attempt:
     """Progress reported while the store was away, to be written when back."""
     successor: Attempt | None = None
     """The job its settlement claimed, to run next in the same task."""
+    scope: trio.CancelScope | None = None
+    """The cancel scope of the job's bundle, while it runs: a hard cancel."""
     _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def apply(self, event: AttemptEvent) -> AttemptState:

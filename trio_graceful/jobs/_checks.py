@@ -9,7 +9,7 @@ on SQLite and on PostgreSQL instead of whatever the driver makes of it
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, cast
 
 from .._core._util import check_seconds
@@ -170,21 +170,27 @@ def finish_options(
 
 
 # What a worker's transition may set beside the state; the store sets the rest.
-_CHANGES: Final = frozenset(
-    {"result", "progress", "failed_subtasks", "elapsed", "error"}
-)
+_CHANGES: Final = ("elapsed", "error", "failed_subtasks", "progress", "result")
 
 
-def check_changes(changes: dict[str, Any]) -> dict[str, Any]:
-    """Return ``changes`` if it sets only the columns a worker's transition may.
+def check_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``changes`` keyed by the columns a worker's transition may set.
+
+    The keys of the result are this module's own names, never the caller's
+    objects: nothing from a caller reaches SQL as an identifier (a `str`
+    subclass equal to a column's name, say).
 
     Raises:
-        TypeError: naming the columns it may not set.
+        TypeError: naming the keyword arguments that are not such a column.
     """
-    unknown = sorted(changes.keys() - _CHANGES)
+    unknown = sorted(
+        repr(name) if type(name) is not str else name
+        for name in changes
+        if type(name) is not str or name not in _CHANGES
+    )
     if unknown:
         raise TypeError(
             f"a transition cannot set {', '.join(unknown)}; it sets only "
-            f"{', '.join(sorted(_CHANGES))}"
+            f"{', '.join(_CHANGES)}"
         )
-    return changes
+    return {column: changes[column] for column in _CHANGES if column in changes}

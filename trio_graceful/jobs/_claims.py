@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from .._core._log import library_logger
+from ._leases import LostJobError
 from ._records import JobRecord
 from ._states import TRANSITIONS, IllegalJobTransitionError, JobEvent
 from ._store import JobStore
@@ -112,6 +113,11 @@ class Claims:
         been committed all the same (the answer was lost with the
         connection): that write is then returned, and claims go with first
         tries only. This is a checkpoint.
+
+        Raises:
+            LostJobError: if the attempt is no longer the worker's (another
+                worker settled the job after this one's lease expired).
+            IllegalJobTransitionError: if the table does not allow ``event``.
         """
         store = self.store
         target = TRANSITIONS[job.state, event]
@@ -140,8 +146,10 @@ class Claims:
                 **changes,
             )
             return done, []
-        except IllegalJobTransitionError:
-            now = await store.get(job.id) if retry else job
+        except (IllegalJobTransitionError, LostJobError):
+            if not retry:
+                raise
+            now = await store.get(job.id)
             if (now.state, now.worker, now.attempts) != (
                 target,
                 self.worker_id,

@@ -26,11 +26,15 @@ from ._records import JobRecord
 R = TypeVar("R")
 
 
-class JobStopped(Exception):
+class JobStopped(BaseException):
     """Raised by `JobContext.checkpoint` once the job has been asked to stop.
 
     Let it propagate: the worker then ends the job as cancelled (after a
     cancel request) or hands it back to the queue (at the worker's shutdown).
+    Like `trio.Cancelled`, it derives from `BaseException`, not `Exception`,
+    so that a job's ``except Exception:`` (around a call to a provider, say)
+    lets it through instead of swallowing the stop until the hard cancel.
+    Catch it by name to clean up, and raise it again.
     """
 
 

@@ -9,25 +9,18 @@ settlement and a claim apart would take two.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ._leases import LeaseQueries
+from ._leases import LeaseQueries, lost_job_error
 from ._reads import ReadQueries
 from ._records import JobRecord
 from ._schema import COLUMNS, record
 from ._states import JobEvent, JobState, check_transition
-
-
-class LostJobError(RuntimeError):
-    """A worker wrote to a job attempt that is no longer its own.
-
-    A rescuer handed the job back after the worker's lease expired; the
-    worker's write is refused and changes nothing.
-    """
 
 
 class HoldingQueries(ReadQueries, LeaseQueries):
@@ -146,8 +139,8 @@ class HoldingQueries(ReadQueries, LeaseQueries):
     ) -> None:
         with self._transaction():
             now = self._now(now)
-            job = self._get(job_id, lock=True)
-            if self._owned(job, worker, attempt).state is not JobState.RUNNING:
+            job = self._holds(self._get(job_id, lock=True), worker, attempt)
+            if job.state is not JobState.RUNNING:
                 return  # a late write of progress never changes an ending
             self._execute(
                 "UPDATE jobs SET progress = ?, last_heartbeat_at = ? WHERE id = ?",
@@ -199,9 +192,8 @@ class HoldingQueries(ReadQueries, LeaseQueries):
         changes: Mapping[str, Any],
         traceback: str | None,
     ) -> JobRecord:
-        job = self._get(job_id, lock=True)
+        job = self._holds(self._get(job_id, lock=True), worker, attempt)
         check_transition(job_id, job.state, event)
-        self._owned(job, worker, attempt)
         if event is JobEvent.REQUEUE:
             # A hand-back at shutdown is not a failed attempt.
             changes = {**changes, "handbacks": job.handbacks + 1}
@@ -218,12 +210,23 @@ class HoldingQueries(ReadQueries, LeaseQueries):
             job, event, now=now, worker=worker, reason=reason, changes=changes
         )
 
-    @staticmethod
-    def _owned(job: JobRecord, worker: str, attempt: int) -> JobRecord:
-        if job.worker != worker or job.attempts != attempt:
-            raise LostJobError(
-                f"job {job.id} attempt {attempt} no longer belongs to worker "
-                f"{worker!r}; it is {job.state.value} on attempt {job.attempts} "
-                f"of worker {job.worker!r}"
-            )
+    def _holds(self, job: JobRecord, worker: str, attempt: int) -> JobRecord:
+        """Return ``job`` if its attempt ``attempt`` is still ``worker``'s.
+
+        Raises:
+            LostJobError: naming where the job is now (`lost_job_error`).
+        """
+        lost = lost_job_error(
+            job, worker, attempt, set_by=functools.partial(self._set_by, job.id)
+        )
+        if lost is not None:
+            raise lost
         return job
+
+    def _set_by(self, job_id: str) -> str | None:
+        """The worker that wrote the job's last transition (None: a client)."""
+        rows = self._execute(
+            "SELECT worker FROM job_events WHERE job = ? ORDER BY seq DESC LIMIT 1",
+            (job_id,),
+        )
+        return rows[0][0] if rows else None

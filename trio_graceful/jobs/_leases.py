@@ -15,7 +15,7 @@ process renews to expire.
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -28,6 +28,47 @@ class WorkerReplacedError(RuntimeError):
 
     The old process stops at once: its jobs are the new one's to settle.
     """
+
+
+class LostJobError(RuntimeError):
+    """A worker wrote to a job attempt that is no longer its own.
+
+    Another worker settled the job after this one's lease expired (queued
+    it again, or failed, cancelled or timed it out), and the job may run on
+    a later attempt since; the write is refused and changes nothing. The
+    message names the job, the attempt and where the job is now.
+    """
+
+
+def lost_job_error(
+    job: JobRecord,
+    worker: str,
+    attempt: int,
+    *,
+    set_by: Callable[[], str | None] | None = None,
+) -> LostJobError | None:
+    """Why the attempt ``attempt`` of ``job`` (as read now) is not ``worker``'s.
+
+    None while it is. It is not once the job runs on a later attempt or
+    under another worker, or once it is queued again or has ended, unless
+    ``set_by`` (who wrote the job's last transition, asked only then) says
+    that ``worker`` itself did. Without ``set_by``, for an attempt whose
+    function still runs, only another can have done it.
+    """
+    lost = f"job {job.id} attempt {attempt} no longer belongs to worker {worker!r}"
+    if job.worker != worker or job.attempts != attempt:
+        return LostJobError(
+            f"{lost}; it is {job.state.value} on attempt {job.attempts} "
+            f"of worker {job.worker!r}"
+        )
+    if job.state is JobState.QUEUED or job.state.terminal:
+        if set_by is None:
+            return LostJobError(f"{lost}; it is {job.state.value}")
+        by = set_by()
+        if by != worker:
+            who = "a client" if by is None else f"worker {by!r}"
+            return LostJobError(f"{lost}; it is {job.state.value}, set by {who}")
+    return None
 
 
 _HELD = (JobState.RUNNING.value, JobState.CANCELLING.value, JobState.TIMING_OUT.value)
@@ -65,6 +106,7 @@ class LeaseQueries(abc.ABC):
         worker: str | None,
         reason: str,
         changes: Mapping[str, Any],
+        unless_leased: bool = False,
     ) -> JobRecord:
         """As `SqlQueries._write`."""
 
@@ -139,7 +181,12 @@ class LeaseQueries(abc.ABC):
         return {row[0]: row[1] for row in rows}
 
     def rescue(self, *, now: float, rescuer: str) -> list[JobRecord]:
-        """Settle the jobs of workers whose lease has expired; return them."""
+        """Settle the jobs of workers whose lease has expired; return them.
+
+        Each job is settled by a write on condition that no live lease holds
+        it then: a job that its worker renewed and claimed again meanwhile
+        is left alone, and of two rescuers racing, one settles each job.
+        """
         with self._transaction():
             now = self._now(now)
             jobs = self._select(
@@ -147,15 +194,18 @@ class LeaseQueries(abc.ABC):
                 "WHERE w.id = jobs.worker AND w.expires_at > ?)",
                 (*_HELD, now),
             )
-            return [
-                self._settle(
-                    job,
-                    now=now,
-                    rescuer=rescuer,
-                    why=f"worker {job.worker!r} is gone (its lease expired)",
-                )
-                for job in jobs
-            ]
+            settled: list[JobRecord] = []
+            for job in jobs:
+                why = f"worker {job.worker!r} is gone (its lease expired)"
+                try:
+                    settled.append(
+                        self._settle(
+                            job, now=now, rescuer=rescuer, why=why, unless_leased=True
+                        )
+                    )
+                except LostJobError:
+                    continue  # leased again, or settled by another rescuer
+            return settled
 
     def release_strays(
         self, worker: str, *, now: float, held: Collection[str]
@@ -188,12 +238,25 @@ class LeaseQueries(abc.ABC):
             ]
 
     def _settle(
-        self, job: JobRecord, *, now: float, rescuer: str, why: str
+        self,
+        job: JobRecord,
+        *,
+        now: float,
+        rescuer: str,
+        why: str,
+        unless_leased: bool = False,
     ) -> JobRecord:
         if job.state is JobState.RUNNING and job.cancel_requested_at is not None:
             job = self._write(
-                job, JobEvent.CANCEL, now=now, worker=rescuer, reason=why, changes={}
+                job,
+                JobEvent.CANCEL,
+                now=now,
+                worker=rescuer,
+                reason=why,
+                changes={},
+                unless_leased=unless_leased,
             )
+            unless_leased = False  # the row is this transaction's now
         changes: dict[str, Any] = {}
         if job.state is JobState.CANCELLING:
             event, changes = JobEvent.FINISH_CANCEL, {"error": "cancelled"}
@@ -208,5 +271,11 @@ class LeaseQueries(abc.ABC):
         else:
             event = JobEvent.REQUEUE
         return self._write(
-            job, event, now=now, worker=rescuer, reason=why, changes=changes
+            job,
+            event,
+            now=now,
+            worker=rescuer,
+            reason=why,
+            changes=changes,
+            unless_leased=unless_leased,
         )

@@ -72,8 +72,10 @@ class PostgresQueries(SqlQueries):
         try:
             self._db: psycopg.Connection[Any] = self._connect()
         except psycopg.Error as exc:
+            # libpq's message spans lines (a hint on the next, indented).
+            why = " ".join(str(exc).split())
             raise StoreError(
-                f"cannot connect to the PostgreSQL store {_redact(url)!r}: {exc}"
+                f"cannot connect to the PostgreSQL store {_redact(url)!r}: {why}"
             ) from None
         schema = SCHEMA.format(real="DOUBLE PRECISION", serial="BIGSERIAL PRIMARY KEY")
         with self._transaction():
@@ -88,6 +90,11 @@ class PostgresQueries(SqlQueries):
             query = sql.replace("?", "%s")
             cursor.execute(query, args)  # pyright: ignore[reportArgumentType]
             return cursor.fetchall() if cursor.description else []
+
+    def _update(self, sql: str, args: Sequence[Any]) -> int:
+        with self._db.cursor() as cursor:
+            cursor.execute(sql.replace("?", "%s"), args)  # pyright: ignore[reportArgumentType]
+            return cursor.rowcount
 
     def _connect(self) -> psycopg.Connection[Any]:
         import psycopg

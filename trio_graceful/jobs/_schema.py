@@ -68,6 +68,24 @@ CREATE TABLE IF NOT EXISTS job_tracebacks (
 );
 """
 
+#: The columns of ``jobs`` that a transition may set, as the SQL names them.
+WRITABLE: Final = (
+    "state",
+    "attempts",
+    "handbacks",
+    "worker",
+    "started_at",
+    "ended_at",
+    "progress",
+    "cancel_requested_at",
+    "timed_out_at",
+    "elapsed",
+    "error",
+    "result",
+    "failed_subtasks",
+    "stale_after",
+)
+
 COLUMNS = (
     "id, kind, payload, state, attempts, handbacks, max_attempts, timeout, worker, "
     "created_at, started_at, ended_at, last_heartbeat_at, progress, "

@@ -19,8 +19,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._holding import HoldingQueries
+from ._leases import LostJobError
 from ._records import JobRecord
-from ._schema import updated
+from ._schema import WRITABLE, updated
 from ._states import JobEvent, JobState, check_transition
 
 
@@ -44,6 +45,10 @@ class SqlQueries(HoldingQueries):
     @abc.abstractmethod
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement (``?`` placeholders); return its rows, if any."""
+
+    @abc.abstractmethod
+    def _update(self, sql: str, args: Sequence[Any]) -> int:
+        """Run one ``UPDATE`` (``?`` placeholders); return how many rows it changed."""
 
     @abc.abstractmethod
     def _begin(self) -> None:
@@ -95,16 +100,47 @@ class SqlQueries(HoldingQueries):
         worker: str | None,
         reason: str,
         changes: Mapping[str, Any],
+        unless_leased: bool = False,
     ) -> JobRecord:
-        """Check ``event`` against the table, apply it and its audit row."""
+        """Check ``event`` against the table, apply it and its audit row.
+
+        The row changes only if it is still as ``job`` was read (its state
+        and attempt) and, with ``unless_leased``, if no live lease holds it
+        at ``now``: one conditional ``UPDATE``, so that a rescue judges the
+        lease as it is when it writes, not as an earlier read saw it.
+
+        Raises:
+            LostJobError: if the row changed since it was read, or a live
+                lease holds it; nothing is written.
+        """
         target = check_transition(job.id, job.state, event)
-        columns = {"state": target.value, **changes}
+        given = {"state": target.value, **changes}
         if target.terminal:
-            columns["ended_at"] = now
+            given["ended_at"] = now
+        unknown = given.keys() - set(WRITABLE)
+        if unknown:  # a bug of this package: JobStore checks what callers give
+            raise ValueError(f"jobs has no writable column {sorted(unknown)}")
+        # The statement names the schema's columns, never the keys given.
+        columns: dict[str, Any] = {n: given[n] for n in WRITABLE if n in given}
         assignments = ", ".join(f"{name} = ?" for name in columns)
-        self._execute(
-            f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), job.id)
+        condition = "id = ? AND state = ? AND attempts = ?"
+        args: tuple[Any, ...] = (job.id, job.state.value, job.attempts)
+        if unless_leased:
+            condition += (
+                " AND NOT EXISTS (SELECT 1 FROM job_workers w "
+                "WHERE w.id = jobs.worker AND w.expires_at > ?)"
+            )
+            args = (*args, now)
+        changed = self._update(
+            f"UPDATE jobs SET {assignments} WHERE {condition}",
+            (*columns.values(), *args),
         )
+        if changed != 1:
+            raise LostJobError(
+                f"job {job.id} changed before its {event.value} was written; "
+                f"it is no longer {job.state.value} on attempt {job.attempts}"
+                + (" of a worker without a lease" if unless_leased else "")
+            )
         self._execute(
             "INSERT INTO job_events (job, source, target, at, worker, reason) "
             "VALUES (?, ?, ?, ?, ?, ?)",

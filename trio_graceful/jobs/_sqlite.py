@@ -95,8 +95,14 @@ class SQLiteQueries(SqlQueries):
         )
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._cursor(sql, args).fetchall()
+
+    def _update(self, sql: str, args: Sequence[Any]) -> int:
+        return self._cursor(sql, args).rowcount
+
+    def _cursor(self, sql: str, args: Sequence[Any]) -> sqlite3.Cursor:
         try:
-            return self._db.execute(sql, args).fetchall()
+            return self._db.execute(sql, args)
         except sqlite3.OperationalError as exc:
             if not self._may_wait(exc) or not self._busy_timeout:
                 raise
@@ -107,7 +113,7 @@ class SQLiteQueries(SqlQueries):
         # in WAL mode, with the lock taken by BEGIN IMMEDIATE, it never comes.
         return _is_busy(exc) and not self._db.in_transaction
 
-    def _wait_for_lock(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _wait_for_lock(self, sql: str, args: Sequence[Any]) -> sqlite3.Cursor:
         """Try ``sql`` until the file is free; at the deadline, raise its error."""
         deadline = time.monotonic() + self._busy_timeout
         wait = _FIRST_WAIT
@@ -116,7 +122,7 @@ class SQLiteQueries(SqlQueries):
             left = max(0.0, deadline - time.monotonic())
             time.sleep(min(left, wait * random.uniform(0.5, 1.5)))
             try:
-                return self._db.execute(sql, args).fetchall()
+                return self._db.execute(sql, args)
             except sqlite3.OperationalError as exc:
                 if not self._may_wait(exc) or time.monotonic() >= deadline:
                     raise

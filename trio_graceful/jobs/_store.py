@@ -269,9 +269,13 @@ class JobStore:
         ``failed_subtasks`` (JSON text), ``elapsed`` and ``error``.
 
         Raises:
-            TypeError: if ``changes`` names another column.
+            TypeError: if a keyword argument is not one of these (the
+                message names it); nothing is written. Only these names,
+                the store's own, reach the SQL statement.
             IllegalJobTransitionError: if the table does not allow it.
-            LostJobError: if the attempt is no longer the worker's.
+            LostJobError: if the attempt is no longer the worker's: it runs
+                on a later attempt or under another worker, or another
+                worker (or a client) has queued it again or ended it.
         """
         options = finish_options(job_id, worker, attempt, reason, traceback)
         return await self._call(

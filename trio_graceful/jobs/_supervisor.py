@@ -1,7 +1,8 @@
 """The attempts a worker runs: each in its own bundle, settled in the store.
 
-A `Supervisor` owns the worker's running attempts (`Attempt`, whose state
-is a table) and the moment the worker began to drain. A job's function runs
+A `Supervisor` runs the worker's attempts (`Attempt`, whose state is a
+table; `RunningAttempts` keeps them by job id and frees their slots) and
+owns the moment the worker began to drain. A job's function runs
 as the child of a bundle whose body waits for the attempt's end to be
 decided and carries it out; a hard cancel of the job ends that body too
 (`open_bundle_cancelling_body`: one nursery, no host task), and the ending
@@ -24,6 +25,10 @@ attempt's end is decided by whichever comes first:
 Every write goes through the worker's `StoreAccess`, so a store outage
 delays it and never fails the job. Progress reported during an outage is
 kept in the attempt and written when the store is back (the last wins).
+
+An attempt whose job another worker settled after this one's lease expired
+is *lost* (see `RunningAttempts`): hard-cancelled, it writes nothing more,
+and the worker goes on.
 """
 
 from __future__ import annotations
@@ -49,10 +54,11 @@ from ._attempt import Attempt, AttemptEvent, AttemptState
 from ._claims import Claims
 from ._context import JobContext, JobStopped
 from ._functions import JobFunction
-from ._holding import LostJobError
 from ._jsonrule import to_json
+from ._leases import LostJobError
 from ._outages import StoreUnavailableError
 from ._records import JobRecord
+from ._running import RunningAttempts
 from ._states import IllegalJobTransitionError, JobEvent, JobState
 from ._traceback import report_failure
 
@@ -72,21 +78,29 @@ def _trace(worker_id: str, job_id: str, source: JobState, target: JobState) -> N
         )
 
 
-def _subtasks_error(exc: Exception) -> BaseException:
-    """What the job's subtasks raised, out of what left the job's bundle.
+def _job_error(exc: BaseException) -> BaseException | None:
+    """The job's outcome, out of what left the job's bundle; None if not the job's.
 
     The store's errors, raised by the writes of the bundle's body, are the
-    supervisor's to handle: the first is raised again, on its own. Subtasks
-    that all raised `JobStopped` stopped as asked.
+    supervisor's to handle: the first is raised again, on its own. What is
+    neither an `Exception` nor `JobStopped` (`trio.Cancelled` from outside,
+    `KeyboardInterrupt`) is not the job's either: None. Subtasks that all
+    raised `JobStopped` stopped as asked; if others raised something else,
+    that fails the job, without the `JobStopped` of the rest.
     """
     group = as_group(exc)
     if group is None:
-        return exc
+        if isinstance(exc, _STORE_ERRORS):
+            raise exc
+        return exc if isinstance(exc, (Exception, JobStopped)) else None
     ours, _ = group.split(_STORE_ERRORS)
     if ours is not None:
         raise first_leaf(ours)
+    _, foreign = group.split((Exception, JobStopped))
+    if foreign is not None:
+        return None
     _, rest = group.split(JobStopped)
-    return first_leaf(group) if rest is None else group
+    return first_leaf(group) if rest is None else rest
 
 
 def _failure(error: BaseException) -> str:
@@ -116,14 +130,20 @@ class Supervisor:
     heartbeat_interval: float
     budget: ThreadBudget | None
     claims: Claims
-    running: dict[str, Attempt] = attrs.field(factory=dict[str, Attempt])
-    ended: dict[str, int] = attrs.field(factory=dict[str, int])
+    attempts: RunningAttempts = attrs.field(init=False)
     #: Where the attempts run, while the worker serves.
     bundle: Bundle | None = None
     drain_deadline: float | None = None
     #: Jobs whose ending could not be written before the drain deadline.
     unsettled: list[str] = attrs.field(factory=list[str])
-    _slot_freed: trio.Event = attrs.field(factory=trio.Event)
+
+    def __attrs_post_init__(self) -> None:
+        self.attempts = RunningAttempts(self.worker_id, self.claims.concurrency)
+
+    @property
+    def running(self) -> dict[str, Attempt]:
+        """The attempt run of each job, by the job's id."""
+        return self.attempts.running
 
     def add(self, jobs: list[JobRecord]) -> None:
         """Start an attempt of each job of ``jobs``, just claimed. Not a checkpoint."""
@@ -132,18 +152,11 @@ class Supervisor:
             self.bundle.start_soon(self._supervise, self._attempt(job), name="job slot")
 
     def _attempt(self, job: JobRecord) -> Attempt:
-        attempt = self.running[job.id] = Attempt(job)
+        attempt = self.attempts.add(job)
         _trace(self.worker_id, job.id, JobState.QUEUED, JobState.RUNNING)
         if self.drain_deadline is not None:
             attempt.apply(AttemptEvent.DRAIN)  # claimed as the drain began
         return attempt
-
-    async def wait_slot(self, concurrency: int) -> None:
-        """Wait until fewer than ``concurrency`` attempts run. This is a checkpoint."""
-        await trio.lowlevel.checkpoint()
-        while len(self.running) >= concurrency:
-            await self._slot_freed.wait()
-            self._slot_freed = trio.Event()
 
     def drain(self, grace: float) -> None:
         """Give every attempt STOP and ``grace`` seconds. Not a checkpoint."""
@@ -160,14 +173,24 @@ class Supervisor:
             if attempt is not None:
                 attempt.apply(AttemptEvent.CANCEL)
 
+    async def check_held(self) -> None:
+        """Stop the attempts whose jobs are another's now. This is a checkpoint."""
+        await self.attempts.check(self.access)
+
     async def flush_progress(self) -> None:
         """Write the progress reported during an outage. This is a checkpoint."""
         await trio.lowlevel.checkpoint()
         for attempt in list(self.running.values()):
-            while attempt.unsaved is not None and attempt.job.id in self.running:
+            while (
+                attempt.unsaved is not None
+                and self.running.get(attempt.job.id) is attempt
+            ):
                 progress, attempt.unsaved = attempt.unsaved, None
                 save = functools.partial(self._save, attempt, progress)
-                await self.access.call("saving progress", save)
+                try:
+                    await self.access.call("saving progress", save)
+                except LostJobError as lost:
+                    self.attempts.lose(attempt, lost)
 
     async def _save(self, attempt: Attempt, progress: Mapping[str, Any]) -> None:
         job = attempt.job
@@ -184,6 +207,12 @@ class Supervisor:
         attempt.unsaved = None  # newer than anything waiting to be flushed
         try:
             await self._save(attempt, progress)
+        except LostJobError as lost:
+            # The job's own tasks are cancelled with it: the checkpoint
+            # raises trio.Cancelled here, as at any point of a hard cancel.
+            self.attempts.lose(attempt, lost)
+            await trio.lowlevel.checkpoint()
+            raise
         except Exception as exc:
             if not self.access.note("saving progress", exc):
                 raise
@@ -221,20 +250,16 @@ class Supervisor:
             job = attempt.job
             try:
                 await self._run(attempt)
-            except (LostJobError, IllegalJobTransitionError) as exc:
+            except LostJobError as lost:
                 # A rescuer took the job from us (our lease had expired): its
                 # state is no longer ours to write, and nothing was written.
+                self.attempts.lose(attempt, lost)
+            except IllegalJobTransitionError as exc:
                 logger.warning("worker %s: %s", self.worker_id, exc)
             except StoreUnavailableError:
                 self.unsettled.append(job.id)
             finally:
-                del self.running[job.id]
-                # The claim loop waits for a free slot; a settlement that
-                # claimed a job in this one's place left none.
-                if len(self.running) < self.claims.concurrency:
-                    self._slot_freed.set()
-                state = attempt.job.state.value
-                self.ended[state] = self.ended.get(state, 0) + 1
+                self.attempts.end(attempt)
             next_up = attempt.successor
 
     async def _run(self, attempt: Attempt) -> None:
@@ -242,6 +267,8 @@ class Supervisor:
         # The worker claims only the kinds it has functions for.
         ctx, hard_cancelled = await self._attend(attempt, self.functions[job.kind])
         ended = attempt.outcome
+        if attempt.state is AttemptState.LOST:
+            return  # stopped, logged, nothing to write: see lose()
         if attempt.state is AttemptState.TIMING_OUT:
             assert job.timeout is not None
             await self._write(
@@ -309,6 +336,7 @@ class Supervisor:
         # host task, for every job): what is left is written after the block.
         try:
             async with open_bundle_cancelling_body(name=f"job {job.id}") as bundle:
+                attempt.scope = bundle.cancel_scope
                 ctx = JobContext._create(  # pyright: ignore[reportPrivateUsage]
                     job,
                     bundle,
@@ -332,13 +360,20 @@ class Supervisor:
                 elif state is AttemptState.CANCELLING:
                     await self._write(attempt, JobEvent.CANCEL, "cancel requested")
                     await bundle.shutdown(self.cancel_grace)
+                elif state is AttemptState.LOST:
+                    pass  # hard-cancelled by lose(): the block ends at once
                 elif state is not AttemptState.ENDED:
                     assert self.drain_deadline is not None
                     grace = max(0.0, self.drain_deadline - trio.current_time())
                     await bundle.shutdown(grace)
-        except Exception as exc:
+        except BaseException as exc:
             # The function's own errors are its outcome already (see _call).
-            attempt.outcome = outcome.Error(_subtasks_error(exc))
+            error = _job_error(exc)
+            if error is None:
+                raise
+            attempt.outcome = outcome.Error(error)
+        finally:
+            attempt.scope = None
         # both made before the first checkpoint of the block
         assert ctx is not None
         assert bundle is not None
@@ -374,7 +409,8 @@ class Supervisor:
             try:
                 # A result that is not JSON fails the job, with its path.
                 value = to_json(await fn(ctx), what="result")
-            except Exception as exc:
+            except (Exception, JobStopped) as exc:
+                # JobStopped is a BaseException, as trio.Cancelled is.
                 attempt.outcome = outcome.Error(exc)
             else:
                 attempt.outcome = outcome.Value(value)

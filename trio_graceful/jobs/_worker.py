@@ -60,7 +60,8 @@ class WorkerStatistics:
     claimed: int
     """Jobs claimed since the worker started."""
     ended: Mapping[str, int]
-    """How many attempts ended in each state (``"queued"`` for hand-backs)."""
+    """How many attempts ended in each state (``"queued"`` for hand-backs,
+    ``"lost"`` for attempts stopped because another worker took their job)."""
     draining: bool
     """True once the worker has stopped claiming."""
 
@@ -170,7 +171,7 @@ class Worker:
         return WorkerStatistics(
             running=len(self._jobs.running),
             claimed=self._claims.claimed,
-            ended=dict(self._jobs.ended),
+            ended=dict(self._jobs.attempts.ended),
             draining=self._jobs.drain_deadline is not None,
         )
 
@@ -252,7 +253,7 @@ class Worker:
     async def _claim_forever(self) -> None:
         running = self._jobs.running
         while True:
-            await self._jobs.wait_slot(self.concurrency)
+            await self._jobs.attempts.wait_slot()
             limit = self._claims.free(len(running))
             claim = functools.partial(self._claims.claim, running.keys(), limit)
             jobs = await self._access.call("claiming", claim)
@@ -272,6 +273,8 @@ class Worker:
                 self.worker_id, lease=self.lease, incarnation=self.incarnation
             ),
         )
+        # A rescuer may have settled our jobs while the lease was expired.
+        await self._jobs.check_held()
 
     async def _serve_cancel_requests(self) -> None:
         while True:
@@ -333,10 +336,12 @@ class Worker:
     def _log_settled(self, jobs: list[JobRecord], how: str) -> None:
         for job in jobs:
             logger.warning(
-                "worker %s %s job %s: now %s",
+                "worker %s %s job %s (attempt %d of worker %r): now %s",
                 self.worker_id,
                 how,
                 job.id,
+                job.attempts,
+                job.worker,
                 job.state.value,
             )
 
