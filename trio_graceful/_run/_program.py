@@ -32,10 +32,12 @@ run ended (``_exitcodes.exit_status``), whose facts ``_outcome`` keeps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from typing import Final, Literal, final
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Literal, final
 
 import trio
 
@@ -46,6 +48,7 @@ from .._core._util import (
     signal_name,
 )
 from ._escalation import Escalation, Observer, Step
+from ._exitguard import exit_guard
 from ._gcdeferral import GcHold
 from ._lifecycle import Lifecycle, LifecycleState
 from ._mainrun import MainEvents, MainRun
@@ -57,6 +60,7 @@ from ._services import ServiceStack
 from ._shutdown import Shutdown, ShutdownHooks
 from ._signals import SignalRelay
 from ._stages import Move, Stage, Stages
+from ._stoptime import Part
 from ._watchdog import Watchdog
 
 logger = logging.getLogger("trio_graceful.runner")
@@ -207,7 +211,7 @@ class Program:
         ) not in ("", "0")
         self.watchdog.start()
         try:
-            with self.relay.installed():
+            with self.relay.installed(self._bound_the_exit):
                 try:
                     trio.run(
                         self._root_task,
@@ -382,6 +386,25 @@ class Program:
                 self.force(f"{name} again")
             else:
                 self.watchdog.do_step(step, signum)
+
+    def _bound_the_exit(self, previous: Mapping[int, Any], late: list[int]) -> None:
+        # The run took a signal: the process must end within the stop time
+        # of its first one, or at the next one (see _exitguard).
+        options = self._settings.options
+        stop = self._settings.times.time_left(Part.DRAIN_DELAY)
+        first = self.escalation.first_signal
+        since = self.escalation.first_signal_at
+        after = "the run" if first is None else signal_name(first)
+        status = self._exit_code
+        exit_guard().arm(
+            previous,
+            late,
+            status=options.exit_codes.error if status is None else status,
+            late_status=functools.partial(options.exit_codes.after_signal, forced=True),
+            deadline=(time.monotonic() if since is None else since) + stop,
+            stop_time=f"{stop:g} s after {after}",
+            internals=self.watchdog.show_internals,
+        )
 
     # -- helpers -----------------------------------------------------------------------
 
