@@ -194,7 +194,7 @@ class ExitGuard:
 
     def stand_down(self) -> None:
         """Stop guarding: the program goes on (as after its stop time)."""
-        with self._lock:
+        with blocked(self._previous), self._lock:
             self._move(Move.STAND_DOWN)
         self._send(_WAKE)
 
@@ -218,8 +218,11 @@ class ExitGuard:
         atexit.register(self._last_step)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # In the main thread, between two bytecodes of whatever it runs.
-        if self.state is GuardState.IDLE:
+        # In the main thread, between two bytecodes of whatever it runs;
+        # wherever this thread holds the lock, it blocks the signals.
+        with self._lock:
+            idle = self._check_time() is GuardState.IDLE
+        if idle:
             self._give_back(signum, frame)
         else:
             self._send(signum)
@@ -241,10 +244,7 @@ class ExitGuard:
         # threading._shutdown, in the main thread, before it waits for threads.
         try:
             with blocked(self._previous), self._lock:
-                if self.state is not GuardState.ARMED:
-                    return
-                if time.monotonic() >= self._deadline:
-                    self._move(Move.STOP_TIME_OVER)
+                if self._check_time() is not GuardState.ARMED:
                     return
                 signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
                 self._move(Move.EXIT_BEGINS)
@@ -258,8 +258,8 @@ class ExitGuard:
             # A signal already on its way to the thread ends the process
             # now; after this step the guard does nothing.
             signals = [b for b in self._read_pipe() if b != _WAKE]
-            if signals and self.state in (GuardState.ARMED, GuardState.EXITING):
-                self._end_at_once(signals[0])
+            if signals:
+                self._on_signal(signals[0])
             if self._move(Move.LAST_STEP) is GuardState.CLOSED:
                 for signum in self._previous:
                     if signal.getsignal(signum) is self._handler:
@@ -282,10 +282,11 @@ class ExitGuard:
                     self._on_stop_time_over()
 
     def _on_signal(self, signum: int) -> None:
-        if self.state in (GuardState.ARMED, GuardState.EXITING):
+        state = self._check_time()
+        if state in (GuardState.ARMED, GuardState.EXITING):
             self._end_at_once(signum)
-        elif self.state is GuardState.IDLE:
-            # The handler passed it on as the guard stood down: send it
+        elif state is GuardState.IDLE:
+            # The handler passed it on as the stop time ended: send it
             # again, for the handler to give to the previous one.
             os.kill(os.getpid(), signum)
 
@@ -310,8 +311,10 @@ class ExitGuard:
         self._finish(report, self._status)
 
     def _end_at_once(self, signum: int) -> None:
+        exiting = self.state is GuardState.EXITING
         self._move(Move.SIGNAL)
-        names = _threads_keeping_the_exit()
+        # Once the exit has begun, the threads it waits for are news.
+        names = _threads_keeping_the_exit() if exiting else ""
         threads = f"; threads still running: {names}" if names else ""
 
         def report() -> None:
@@ -345,6 +348,12 @@ class ExitGuard:
 
     # -- helpers ---------------------------------------------------------------------
 
+    def _check_time(self) -> GuardState:
+        """Stand down if the program runs on past its stop time (under the lock)."""
+        if self.state is GuardState.ARMED and time.monotonic() >= self._deadline:
+            self._move(Move.STOP_TIME_OVER)
+        return self.state
+
     def _move(self, move: Move) -> GuardState:
         """Take ``move`` if the table allows it (under the lock); return the state."""
         self.state = STATES.get((self.state, move), self.state)
@@ -352,8 +361,9 @@ class ExitGuard:
 
     def _send(self, byte: int) -> None:
         # Safe in a signal handler; a full pipe already holds a wake-up.
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._write_fd, bytes([byte]))
+        if self._write_fd != -1:  # else never armed: no thread to wake
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._write_fd, bytes([byte]))
 
     def _read_pipe(self) -> bytes:
         data = b""
