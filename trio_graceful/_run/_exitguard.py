@@ -82,6 +82,9 @@ logger = logging.getLogger("trio_graceful.runner")
 # Signal numbers are never 0, so a 0 byte on the pipe only wakes the thread.
 _WAKE: Final = 0
 
+# The longest single wait; a far deadline is waited for in steps.
+_LONGEST: Final = 86_400.0
+
 
 class GuardState(enum.Enum):
     """Where the exit after the last signal-taking run is."""
@@ -271,7 +274,9 @@ class ExitGuard:
         while True:
             timeout: float | None = None
             if self.state in (GuardState.ARMED, GuardState.EXITING):
-                timeout = max(0.0, self._deadline - time.monotonic())
+                # select() refuses timeouts beyond the platform's time_t.
+                left = self._deadline - time.monotonic()
+                timeout = None if left == math.inf else min(max(0.0, left), _LONGEST)
             readable, _, _ = select.select([self._read_fd], [], [], timeout)
             with self._lock:
                 if readable:

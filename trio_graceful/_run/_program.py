@@ -206,12 +206,14 @@ class Program:
             # Reaping orphans here (waitpid(-1)) would take the exit
             # statuses that Trio waits for: that is an init's job.
             logger.warning("%s", PID_1_WARNING)
-        self.watchdog.show_internals = os.environ.get(
-            SHOW_INTERNALS_VARIABLE, ""
-        ) not in ("", "0")
+        self.watchdog.show_internals = show_internals()
         self.watchdog.start()
         try:
-            with self.relay.installed(self._bound_the_exit):
+            with self.relay.installed(
+                lambda previous, late: bound_the_exit(
+                    previous, late, self._settings, self.escalation, self._exit_code
+                )
+            ):
                 try:
                     trio.run(
                         self._root_task,
@@ -387,25 +389,6 @@ class Program:
             else:
                 self.watchdog.do_step(step, signum)
 
-    def _bound_the_exit(self, previous: Mapping[int, Any], late: list[int]) -> None:
-        # The run took a signal: the process must end within the stop time
-        # of its first one, or at the next one (see _exitguard).
-        options = self._settings.options
-        stop = self._settings.times.time_left(Part.DRAIN_DELAY)
-        first = self.escalation.first_signal
-        since = self.escalation.first_signal_at
-        after = "the run" if first is None else signal_name(first)
-        status = self._exit_code
-        exit_guard().arm(
-            previous,
-            late,
-            status=options.exit_codes.error if status is None else status,
-            late_status=functools.partial(options.exit_codes.after_signal, forced=True),
-            deadline=(time.monotonic() if since is None else since) + stop,
-            stop_time=f"{stop:g} s after {after}",
-            internals=self.watchdog.show_internals,
-        )
-
     # -- helpers -----------------------------------------------------------------------
 
     def _exit_status(self) -> int:
@@ -415,3 +398,35 @@ class Program:
         return self._outcome.exit_status(
             first_signal=self.escalation.first_signal, forced_by=forced_by
         )
+
+
+def bound_the_exit(
+    previous: Mapping[int, Any],
+    late: list[int],
+    settings: RunSettings,
+    escalation: Escalation,
+    status: int | None,
+) -> None:
+    """Arm the exit guard as a run that took a signal returns (see ``_exitguard``).
+
+    The process must end within the stop time of the first signal, or at
+    the next one, with 128 + its number.
+    """
+    codes = settings.options.exit_codes
+    stop = settings.times.time_left(Part.DRAIN_DELAY)
+    first, since = escalation.first_signal, escalation.first_signal_at
+    after = "the run" if first is None else signal_name(first)
+    exit_guard().arm(
+        previous,
+        late,
+        status=codes.error if status is None else status,
+        late_status=functools.partial(codes.after_signal, forced=True),
+        deadline=(time.monotonic() if since is None else since) + stop,
+        stop_time=f"{stop:g} s after {after}",
+        internals=show_internals(),
+    )
+
+
+def show_internals() -> bool:
+    """Whether reports show the frames of trio and trio_graceful (the variable)."""
+    return os.environ.get(SHOW_INTERNALS_VARIABLE, "") not in ("", "0")
