@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import FrameType
@@ -37,6 +38,7 @@ from trio_graceful._run._escalation import Observer
 from trio_graceful._run._exitguard import GuardState
 
 from .conftest import ProcessEnds
+from .process_support import PATIENCE
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -93,13 +95,19 @@ def test_at_the_last_exit_step_the_guards_handlers_become_ignored() -> None:
     assert _exitguard.exit_guard().state is GuardState.CLOSED
 
 
+@pytest.mark.realtime
 def test_a_program_that_goes_on_past_its_stop_time_gets_its_handlers_back(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="trio_graceful.runner")
     before = handlers()
-    # A stop time of 0 s: over when the run returns, however fast it was.
+    # A stop time of 0 s, and the second the watchdog allows a busy thread.
     assert run(stopped_by_sigterm, grace=0, unwind_budget=0) == 143
+    guard = _exitguard.exit_guard()
+    deadline = time.monotonic() + PATIENCE
+    while guard.state is not GuardState.IDLE:  # it stands down by itself
+        assert time.monotonic() < deadline, "the guard did not stand down"
+        time.sleep(0.01)
     with pytest.raises(KeyboardInterrupt):
         signal.raise_signal(signal.SIGINT)  # Python's own handler, again
     assert handlers() == before

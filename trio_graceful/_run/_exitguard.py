@@ -1,12 +1,15 @@
 """The exit after a run that took a signal: within the stop time, or at the next signal.
 
 A signal tells the process to stop, and the process must then end within its
-stop time (drain delay + grace + unwind budget after the first signal),
-however its threads behave. `run` returning is not the end of the process:
-the interpreter then waits for every thread that is not a daemon
-(``threading._shutdown``) and runs the ``atexit`` functions, and a library's
-file watcher, or an executor's worker stuck in a task, keeps it waiting
-forever. `ExitGuard` bounds that exit, from the moment `run` returns:
+stop time, however its threads behave: drain delay + grace + unwind budget
+after the first signal, and the second the watchdog allows a thread that is
+still busy (a run may return that late); with the report's second, the
+whole `StopTimes.total` that the stop budget checks. `run` returning is not
+the end of the process: the interpreter then waits for every thread that is
+not a daemon (``threading._shutdown``) and runs the ``atexit`` functions,
+and a library's file watcher, or an executor's worker stuck in a task, keeps
+it waiting forever. `ExitGuard` bounds that exit, from the moment `run`
+returns:
 
 * until the stop time is over, the process is on its way out, and the next
   shutdown signal ends it at once, with ``128 + n``;
@@ -178,10 +181,12 @@ class ExitGuard:
             status: The status `run` returns.
             late_status: The status after a late signal.
             deadline: The end of the stop time, in `time.monotonic` time.
-            stop_time: How the deadline came to be, for the log.
+            stop_time: How far the deadline is from the first signal, for
+                the log (``14 s after SIGTERM``).
             internals: Whether stacks show the frames of trio and trio_graceful.
         """
-        with self._lock:
+        # Blocked: the guard's handler takes the lock.
+        with blocked(self._previous.keys() | previous.keys()), self._lock:
             self._start()
             for signum, handler in previous.items():
                 if handler is not self._handler:
@@ -304,8 +309,7 @@ class ExitGuard:
 
         def report() -> None:
             logger.critical(
-                "exit cut short: still exiting at the end of the stop time (%s); "
-                "threads still running: %s",
+                "exit cut short: still exiting %s; threads still running: %s",
                 self._stop_time,
                 names or "none but the main thread",
             )

@@ -60,7 +60,7 @@ from ._services import ServiceStack
 from ._shutdown import Shutdown, ShutdownHooks
 from ._signals import SignalRelay
 from ._stages import Move, Stage, Stages
-from ._stoptime import Part
+from ._stoptime import REPORT_TIMEOUT
 from ._watchdog import Watchdog
 
 logger = logging.getLogger("trio_graceful.runner")
@@ -413,7 +413,10 @@ def bound_the_exit(
     the next one, with 128 + its number.
     """
     codes = settings.options.exit_codes
-    stop = settings.times.time_left(Part.DRAIN_DELAY)
+    # As long as the shutdown may take, the watchdog's allowance for a busy
+    # thread included (a run may return that late), the report's not: the
+    # guard's own report comes after.
+    stop = settings.times.total - REPORT_TIMEOUT
     first, since = escalation.first_signal, escalation.first_signal_at
     after = "the run" if first is None else signal_name(first)
     exit_guard().arm(
