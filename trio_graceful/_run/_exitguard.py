@@ -226,10 +226,17 @@ class ExitGuard:
         atexit.register(self._last_step)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # In the main thread, between two bytecodes of whatever it runs;
-        # wherever this thread holds the lock, it blocks the signals.
-        with self._lock:
+        # In the main thread, between two bytecodes of whatever it runs, and
+        # never waiting: the guard's thread holds the lock while it ends the
+        # process, and each signal of a storm would nest one more wait for it
+        # here. Where this thread holds the lock, it blocks the signals.
+        if not self._lock.acquire(blocking=False):
+            self._send(signum)  # the thread decides, once it has the lock
+            return
+        try:
             idle = self._check_time() is GuardState.IDLE
+        finally:
+            self._lock.release()
         if idle:
             self._give_back(signum, frame)
         else:
