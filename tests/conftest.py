@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from trio_graceful._run import _exitguard
 
 # The PostgreSQL server of the job store tests, for tests/jobs and tests/examples.
 pytest_plugins = ["tests.postgres_fixtures"]
@@ -54,3 +57,44 @@ def shutdown_signals_as_python_sets_them() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, _SESSION_SIGINT)
         signal.signal(signal.SIGTERM, sigterm)
+
+
+class ProcessEnds:
+    """The statuses the exit guard would have ended the test process with."""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self._ended = threading.Event()
+        self.checked = False
+
+    def end(self, status: int) -> None:
+        self.statuses.append(status)
+        self._ended.set()
+
+    def wait(self) -> list[int]:
+        """Wait until the guard has ended the process; return the statuses."""
+        assert self._ended.wait(60), "the exit guard did not end the process"
+        self.checked = True
+        return self.statuses
+
+
+@pytest.fixture(autouse=True)
+def process_ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessEnds]:
+    """Keep the exit guard from ending the test process; stand it down after.
+
+    A run that took a signal arms the process's exit guard, which ends the
+    process at the next signal or, once its exit has begun, at the end of
+    the stop time. The test process goes on: here the guard only records
+    the status it would have ended it with, and a test that expects an end
+    waits for it; one that did not is failed.
+    """
+    guard = _exitguard.exit_guard()
+    ends = ProcessEnds()
+    monkeypatch.setattr(guard, "_end", ends.end)
+    try:
+        yield ends
+    finally:
+        guard.stand_down()
+    assert ends.checked or not ends.statuses, (
+        f"the exit guard would have ended the process with {ends.statuses}"
+    )

@@ -1,10 +1,13 @@
 """Signals after the run: what `trio_graceful.run` leaves in place when it returns.
 
-A run that took a signal keeps its handlers until the process exits, keeping
-what comes for a log line, and makes them SIG_IGN at exit; a run that took
-none gives the previous handlers back (test_runner.py checks that). The
-storms of test_signal_storms.py check the same with many signals at once;
-these check each step on its own, with exact log lines.
+A run that took a signal hands its handlers to the process's exit guard,
+which ends the process at the next signal until the stop time is over, and
+then gives the previous handlers back; a run that took none gives the
+previous handlers back itself (test_runner.py checks that). Here the guard
+only records the status it would end the test process with (the
+``process_ends`` fixture of conftest.py); test_exit_guard.py ends real
+processes. The storms of test_signal_storms.py check the same with many
+signals at once; these check each step on its own, with exact log lines.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import FrameType
@@ -29,8 +33,12 @@ import trio.testing
 
 import trio_graceful
 from trio_graceful import current_runner
-from trio_graceful._run import _signals
+from trio_graceful._run import _exitguard
 from trio_graceful._run._escalation import Observer
+from trio_graceful._run._exitguard import GuardState
+
+from .conftest import ProcessEnds
+from .process_support import PATIENCE
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -54,39 +62,59 @@ async def stopped_by_sigterm() -> None:
     await inbox.receive()  # STOP
 
 
-def test_after_a_signal_the_handlers_stay_until_exit_then_ignore(
-    caplog: pytest.LogCaptureFixture,
+def test_after_a_signal_the_next_one_ends_the_process_at_once(
+    caplog: pytest.LogCaptureFixture, process_ends: ProcessEnds
 ) -> None:
     caplog.set_level(logging.WARNING, logger="trio_graceful.runner")
     before = handlers()
     assert run(stopped_by_sigterm) == 0
     kept = handlers()
     assert all(kept[s] is not before[s] for s in SHUTDOWN_SIGNALS)
-    # The process is on its way out: nothing here may end it or raise.
+    # The process is on its way out: the next signal ends it, neither by
+    # its default action nor by raising, but with 128 + its number.
     signal.raise_signal(signal.SIGINT)
-    signal.raise_signal(signal.SIGTERM)
-    signal.raise_signal(signal.SIGTERM)
-    assert runner_lines(caplog) == ["SIGTERM: shutting down (grace 10 s)"]
-    # What atexit runs: the handlers become SIG_IGN, which the interpreter's
-    # finalization leaves alone, and what they kept is logged.
-    _signals._ignore_at_exit()  # pyright: ignore[reportPrivateUsage]
-    assert handlers() == dict.fromkeys(SHUTDOWN_SIGNALS, signal.SIG_IGN)
-    assert runner_lines(caplog)[1:] == [
-        "SIGINT received while exiting; ignored",
-        "SIGTERM received 2 times while exiting; ignored",
+    assert process_ends.wait() == [130]
+    assert runner_lines(caplog) == [
+        "SIGTERM: shutting down (grace 10 s)",
+        "exiting at once: SIGINT after the run",
     ]
 
 
-def test_at_exit_a_handler_installed_since_is_left_alone() -> None:
+def test_at_the_last_exit_step_the_guards_handlers_become_ignored() -> None:
     assert run(stopped_by_sigterm) == 0
     mine = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _signals._ignore_at_exit()  # pyright: ignore[reportPrivateUsage]
+    # What atexit runs: the handlers become SIG_IGN, which the interpreter's
+    # finalization leaves alone; one installed since is left alone.
+    _exitguard.exit_guard()._last_step()  # pyright: ignore[reportPrivateUsage]
     assert handlers() == {
         signal.SIGINT: signal.default_int_handler,
         signal.SIGTERM: signal.SIG_IGN,
     }
     assert mine is not signal.SIG_IGN
+    assert _exitguard.exit_guard().state is GuardState.CLOSED
+
+
+@pytest.mark.realtime
+def test_a_program_that_goes_on_past_its_stop_time_gets_its_handlers_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="trio_graceful.runner")
+    before = handlers()
+    # A stop time of 0 s, and the second the watchdog allows a busy thread.
+    assert run(stopped_by_sigterm, grace=0, unwind_budget=0) == 143
+    guard = _exitguard.exit_guard()
+    deadline = time.monotonic() + PATIENCE
+    while guard.state is not GuardState.IDLE:  # it stands down by itself
+        assert time.monotonic() < deadline, "the guard did not stand down"
+        time.sleep(0.01)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)  # Python's own handler, again
+    assert handlers() == before
+    assert runner_lines(caplog) == [
+        "SIGTERM: shutting down (grace 0 s)",
+        "forcing: the grace 0 s ran out",
+    ]
 
 
 def test_a_later_run_takes_over_and_gives_the_kept_handlers_back() -> None:
@@ -102,11 +130,12 @@ def test_a_later_run_takes_over_and_gives_the_kept_handlers_back() -> None:
 
 
 def test_a_signal_waiting_as_the_run_returns_is_the_runs(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, process_ends: ProcessEnds
 ) -> None:
     # A signal that arrived before run() gave the handlers back belongs to
     # the run, even if the main thread had it blocked: given to the previous
-    # handler, it would kill a process on its way out.
+    # handler, it would kill a process on its way out. It came after the
+    # run, so it ends the process at once.
     received: list[int] = []
 
     def previous(signum: int, frame: FrameType | None) -> None:
@@ -122,9 +151,9 @@ def test_a_signal_waiting_as_the_run_returns_is_the_runs(
         assert signal.getsignal(signal.SIGTERM) is not previous
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    assert process_ends.wait() == [143]
     assert received == []
-    _signals._ignore_at_exit()  # pyright: ignore[reportPrivateUsage]
-    assert runner_lines(caplog)[-1] == "SIGTERM received while exiting; ignored"
+    assert runner_lines(caplog)[-1] == "exiting at once: SIGTERM after the run"
 
 
 def signal_mask(thread: threading.Thread) -> set[int]:
@@ -187,10 +216,7 @@ LATE = """
     import trio_graceful
 
     def last():
-        # Registered first, so it runs after run()'s own exit step.
-        signal.raise_signal(signal.SIGTERM)
-        signal.raise_signal(signal.SIGINT)
-        print("still here", flush=True)
+        print("atexit ran", flush=True)
 
     async def main():
         _, inbox = trio_graceful.current_runner().root.open_inbox()
@@ -199,15 +225,16 @@ LATE = """
 
     atexit.register(last)
     status = trio_graceful.run(main)
+    print("returned", status, flush=True)
     signal.raise_signal(signal.SIGTERM)
     signal.raise_signal(signal.SIGINT)
-    signal.raise_signal(signal.SIGTERM)
+    # The guard's thread ends the process; the main thread goes on meanwhile.
     sys.exit(status)
 """
 
 
 @pytest.mark.realtime
-def test_late_signals_leave_the_status_of_the_run(tmp_path: Path) -> None:
+def test_a_late_signal_ends_the_process_with_its_own_status(tmp_path: Path) -> None:
     script = tmp_path / "program.py"
     script.write_text(textwrap.dedent(LATE))
     done = subprocess.run(
@@ -217,12 +244,12 @@ def test_late_signals_leave_the_status_of_the_run(tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
+    # Its atexit function never runs: the first late signal, SIGTERM, ended
+    # the process at once, with 128 + 15.
     assert (done.returncode, done.stdout.decode(), done.stderr.decode()) == (
-        130,
-        "still here\n",
-        "SIGINT: shutting down (grace 10 s)\n"
-        "SIGTERM received 2 times while exiting; ignored\n"
-        "SIGINT received while exiting; ignored\n",
+        143,
+        "returned 130\n",
+        "SIGINT: shutting down (grace 10 s)\nexiting at once: SIGTERM after the run\n",
     )
 
 

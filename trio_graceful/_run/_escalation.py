@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Literal, final
@@ -77,6 +78,7 @@ class Escalation:
         self._seen = dict.fromkeys(Observer, 0)
         self._done = dict.fromkeys(Observer, 0)
         self._first_signal: int | None = None
+        self._first_signal_at: float | None = None
         self._last_signal: int | None = None
 
     @property
@@ -88,6 +90,11 @@ class Escalation:
     def first_signal(self) -> int | None:
         """The signal that began the escalation; None before any."""
         return self._first_signal
+
+    @property
+    def first_signal_at(self) -> float | None:
+        """When the first signal was recorded (`time.monotonic`); None before any."""
+        return self._first_signal_at
 
     @property
     def level(self) -> int:
@@ -107,8 +114,7 @@ class Escalation:
             for observer in Observer:
                 self._seen[observer] += 1
             self._last_signal = signum
-            if self._first_signal is None:
-                self._first_signal = signum
+            self._note_first(signum)
 
     def catch_up(self, observer: Observer) -> tuple[Step, ...]:
         """The steps ``observer`` has not done for signals the other one saw."""
@@ -120,14 +126,18 @@ class Escalation:
         with self._lock:
             return self._done[observer] < self._level()
 
+    def _note_first(self, signum: int) -> None:
+        if self._first_signal is None:
+            self._first_signal = signum
+            self._first_signal_at = time.monotonic()
+
     def _level(self) -> int:
         return min(max(self._seen.values()), len(self._steps))
 
     def _take(self, observer: Observer, signum: int | None) -> tuple[Step, ...]:
         if signum is not None:
             self._last_signal = signum
-            if self._first_signal is None:
-                self._first_signal = signum
+            self._note_first(signum)
         level = self._level()
         done = self._done[observer]
         if level <= done:

@@ -262,9 +262,14 @@ def run(
     works even if the Trio thread is stuck in a blocking call), after writing
     to stderr which tasks were still running and where they waited. Each
     stage logs one line on the ``trio_graceful.runner`` logger; a signal
-    never becomes a `KeyboardInterrupt`. Once `run` has taken a signal, its
-    handlers stay until the process exits, so that no later signal ends the
-    process otherwise than the log says (see :doc:`runner`). A signal the
+    never becomes a `KeyboardInterrupt`. Once `run` has taken a signal, the
+    process ends within the stop time of the first one (``drain_delay +
+    grace + unwind_budget``), even if a thread that is not a daemon never
+    ends: the interpreter's exit is cut short then, naming the threads it
+    waited for; and a signal that comes once the run is over, within that
+    time, ends the process at once with ``128 + n``. A program that goes on
+    after `run` returned is not cut short, and gets its previous handlers
+    back once the stop time is over (see :doc:`runner`). A signal the
     process ignores when `run` starts (an inherited ``SIG_IGN``) stays
     ignored. During the
     shutdown the garbage collector's full collections are put off and, once

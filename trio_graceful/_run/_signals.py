@@ -5,7 +5,8 @@
 thread with `trio.lowlevel.TrioToken.run_sync_soon`, as Trio's own signal
 receiver does, but one call per signal (Trio's receiver merges repeats, and
 escalation must count them). Before the run is connected the handler keeps
-the signals for it; after it is disconnected it keeps them for a log line.
+the signals for it; after it is disconnected it keeps them for what comes
+after the run (see below).
 
 A signal that the process ignores (``SIG_IGN``) when `run` starts stays
 ignored, as CPython leaves an inherited ignored SIGINT alone: a program
@@ -14,14 +15,15 @@ by the terminal's Ctrl+C.
 
 The handlers also keep Trio from installing its `KeyboardInterrupt` handler.
 
-Once the run has taken a signal, the process is on its way out with the
-status `run` chose, and no later signal may change that: not the default
-action of SIGTERM, nor a `KeyboardInterrupt` in ``threading._shutdown``. So
-the handlers of such a run stay when `run` returns, keeping what comes for a
-log line, and become ``SIG_IGN`` at exit (`atexit`): the interpreter's
-finalization resets every Python-level handler to ``SIG_DFL`` after the
-atexit functions, and only an ignored signal stays ignored through it. A run
-that took no signal gives the previous handlers back.
+Once the run has taken a signal, the process is on its way out, and no later
+signal may end it otherwise than the log says: not by the default action of
+SIGTERM, nor by a `KeyboardInterrupt` in whatever runs after `run`. So the
+handlers of such a run do not simply give way to the previous ones when it
+returns: they are handed, with the signals that came too late for the run,
+to whoever the run names (the exit guard of ``_exitguard``, which ends the
+process at the next signal, and gives the previous handlers back to a
+program that goes on past its stop time). A run that took no signal gives
+the previous handlers back.
 
 Handlers change only while the main thread blocks the signals (the watchdog
 thread blocks them for good): CPython runs whatever handler is current when
@@ -33,18 +35,14 @@ and the kernel drops it when its handler becomes ``SIG_IGN``.
 
 from __future__ import annotations
 
-import atexit
-import collections
 import contextlib
 import signal
-from collections.abc import Callable, Collection, Generator
+from collections.abc import Callable, Collection, Generator, Mapping
 from types import FrameType
-from typing import Any, Final, final
+from typing import Any, final
 
-from .._core._log import library_logger
-from .._core._util import signal_name
-
-logger = library_logger("trio_graceful.runner")
+Keep = Callable[[Mapping[int, Any], list[int]], object]
+"""Takes the signals of a run that took one: the previous handlers, the late signals."""
 
 
 @final
@@ -70,12 +68,14 @@ class SignalRelay:
         self._handler = self._handle
 
     @contextlib.contextmanager
-    def installed(self) -> Generator[None, None, None]:
+    def installed(self, keep: Keep) -> Generator[None, None, None]:
         """Install the handlers while the block runs (in the main thread).
 
-        On the way out, the signals kept since the run was disconnected are
-        logged; then the previous handlers come back, unless a signal came:
-        then they stay until the process exits (see the module docstring).
+        On the way out the previous handlers come back, unless a signal
+        came: then ``keep(previous, late)`` takes the signals over, with the
+        previous handlers and the signals kept since the run was
+        disconnected, while the main thread blocks them (see the module
+        docstring).
         """
         previous: dict[int, Any] = {}
         try:
@@ -84,16 +84,16 @@ class SignalRelay:
             yield
         finally:
             if previous:
-                self._restore(previous)
+                self._restore(previous, keep)
 
-    def _restore(self, previous: dict[int, Any]) -> None:
+    def _restore(self, previous: dict[int, Any], keep: Keep) -> None:
         self._deliver = None  # the run is over, whatever ended it
         with blocked(previous):
             # What had arrived has been handled (CPython runs handlers at
             # the next call); what arrives from now on waits: both count.
-            self._log_kept()
             if self._took_signal or not signal.sigpending().isdisjoint(previous):
-                _keep_until_exit(self, previous)
+                late, self._kept = self._kept, []
+                keep(previous, late)
             else:
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
@@ -120,24 +120,6 @@ class SignalRelay:
         else:
             deliver(signum)
 
-    def _log_kept(self) -> None:
-        kept, self._kept = self._kept, []
-        for signum, count in collections.Counter(kept).items():
-            times = f"{count} times " if count > 1 else ""
-            logger.warning(
-                "%s received %swhile exiting; ignored", signal_name(signum), times
-            )
-
-    def ignore(self, signals: Collection[int]) -> None:
-        """Make ``signals`` ignored where this relay's handler is still installed.
-
-        Called at exit, with the signals blocked; then logs what was kept.
-        """
-        for signum in signals:
-            if signal.getsignal(signum) is self._handler:
-                signal.signal(signum, signal.SIG_IGN)
-        self._log_kept()
-
 
 @contextlib.contextmanager
 def blocked(signals: Collection[int]) -> Generator[None, None, None]:
@@ -152,25 +134,3 @@ def blocked(signals: Collection[int]) -> Generator[None, None, None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-# The relays whose handlers stay until the process exits, by signal: the
-# handlers are the process's, so this record is too (a later run may install
-# its own over them, and give them back).
-_kept_until_exit: Final[dict[int, SignalRelay]] = {}
-
-
-def _keep_until_exit(relay: SignalRelay, signals: Collection[int]) -> None:
-    atexit.unregister(_ignore_at_exit)  # registered once
-    atexit.register(_ignore_at_exit)
-    _kept_until_exit.update(dict.fromkeys(signals, relay))
-
-
-def _ignore_at_exit() -> None:
-    with blocked(_kept_until_exit):
-        relays: dict[SignalRelay, list[int]] = {}
-        for signum, relay in _kept_until_exit.items():
-            relays.setdefault(relay, []).append(signum)
-        for relay, signals in relays.items():
-            relay.ignore(signals)
-        _kept_until_exit.clear()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Collection
 from types import FrameType
 
@@ -88,17 +89,19 @@ def _describe(
 def format_thread_stacks(*, skip: Collection[int], internals: bool = True) -> str:
     """Describe the stack of every thread but those in ``skip`` (thread idents).
 
-    In `faulthandler`'s format, most recent call first; library frames are
-    summed up as in `format_task_tree` unless ``internals=True``. Safe to
-    call from any thread; never raises.
+    In `faulthandler`'s format with the thread's name added, most recent
+    call first; library frames are summed up as in `format_task_tree` unless
+    ``internals=True``. Safe to call from any thread; never raises.
     """
     try:
         frames = sys._current_frames()  # pyright: ignore[reportPrivateUsage]
+        names = {t.ident: t.name for t in threading.enumerate()}
         lines: list[str] = []
         for ident, frame in frames.items():
             if ident in skip:
                 continue
-            lines.append(f"Thread {ident:#018x} (most recent call first):")
+            name = f" {names[ident]!r}" if ident in names else ""
+            lines.append(f"Thread {ident:#018x}{name} (most recent call first):")
             hidden = 0
             stack: FrameType | None = frame
             while stack is not None:
