@@ -32,11 +32,9 @@ run ended (``_exitcodes.exit_status``), whose facts ``_outcome`` keeps.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Literal, final
+from collections.abc import Awaitable, Callable
+from typing import Final, Literal, final
 
 import trio
 
@@ -48,7 +46,7 @@ from .._core._util import (
     signal_name,
 )
 from ._escalation import Escalation, Observer, Step
-from ._exitguard import exit_guard
+from ._exitpolicy import bound_the_exit, show_internals
 from ._gcdeferral import GcHold
 from ._lifecycle import Lifecycle, LifecycleState
 from ._mainrun import MainEvents, MainRun
@@ -60,14 +58,9 @@ from ._services import ServiceStack
 from ._shutdown import Shutdown, ShutdownHooks
 from ._signals import SignalRelay
 from ._stages import Move, Stage, Stages
-from ._stoptime import REPORT_TIMEOUT
 from ._watchdog import Watchdog
 
 logger = library_logger("trio_graceful.runner")
-
-SHOW_INTERNALS_VARIABLE: Final = "TRIO_GRACEFUL_SHOW_INTERNALS"
-"""Set to a non-empty value other than ``0`` to show the frames of trio and
-trio_graceful in the emergency report."""
 
 
 def _log_failure(message: str, exc: BaseException | None, *, startup: bool) -> None:
@@ -422,38 +415,3 @@ class Program:
         return self._outcome.exit_status(
             first_signal=self.escalation.first_signal, forced_by=forced_by
         )
-
-
-def bound_the_exit(
-    previous: Mapping[int, Any],
-    late: list[int],
-    settings: RunSettings,
-    escalation: Escalation,
-    status: int | None,
-) -> None:
-    """Arm the exit guard as a run that took a signal returns (see ``_exitguard``).
-
-    The process must end within the stop time of the first signal, or at
-    the next one, with 128 + its number.
-    """
-    codes = settings.options.exit_codes
-    # As long as the shutdown may take, the watchdog's allowance for a busy
-    # thread included (a run may return that late), the report's not: the
-    # guard's own report comes after.
-    stop = settings.times.total - REPORT_TIMEOUT
-    first, since = escalation.first_signal, escalation.first_signal_at
-    after = "the run" if first is None else signal_name(first)
-    exit_guard().arm(
-        previous,
-        late,
-        status=codes.error if status is None else status,
-        late_status=functools.partial(codes.after_signal, forced=True),
-        deadline=(time.monotonic() if since is None else since) + stop,
-        stop_time=f"{stop:g} s after {after}",
-        internals=show_internals(),
-    )
-
-
-def show_internals() -> bool:
-    """Whether reports show the frames of trio and trio_graceful (the variable)."""
-    return os.environ.get(SHOW_INTERNALS_VARIABLE, "") not in ("", "0")
