@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from hypercorn.config import Config
 
 from tests.asgi.apps import Log, make_app
 from tests.asgi.support import RawClient, serving
@@ -83,6 +84,26 @@ async def test_pipelined_requests_are_all_answered_and_only_the_last_says_close(
             assert [a.status for a in answers] == [200, 200, 200]
             assert [a.closes for a in answers] == [False, False, True]
             assert trio.current_time() == 4  # one after the other
+            assert await client.end() == "eof"
+            await client.aclose()
+
+
+async def test_the_last_response_before_keep_alive_max_requests_says_close_once(
+    tmp_path: Path, log: Log, autojump_clock: trio.testing.MockClock
+) -> None:
+    config = Config()
+    config.keep_alive_max_requests = 2
+    async with serving(make_app(log), tmp_path, config=config) as served:
+        client = await served.connect()
+        await client.send("/work")
+        assert not (await client.answer()).closes
+        await client.send("/work?s=4")
+        await trio.sleep(1)
+        async with served.stopping(10):
+            answer = await client.answer()
+            assert (answer.status, answer.closes) == (200, True)
+            # Hypercorn's header for its request cap, and not the drain's too.
+            assert client.raw.lower().count(b"\r\nconnection: close\r\n") == 1
             assert await client.end() == "eof"
             await client.aclose()
 

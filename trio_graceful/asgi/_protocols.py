@@ -101,6 +101,8 @@ class DrainingH11Protocol(H11Protocol):
             and event.status_code >= 200
             and self.drain.draining
             and _CLOSE not in event.headers
+            # Hypercorn adds its own at keep_alive_max_requests.
+            and self.keep_alive_requests < self.config.keep_alive_max_requests
             and self._is_last_response()
         ):
             event = Response(
