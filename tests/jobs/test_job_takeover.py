@@ -93,7 +93,7 @@ async def test_a_job_taken_over_is_stopped_at_the_check_after_the_renewal(
         assert (await store.get(job_id)).state is S.COMPLETED
     assert lost_lines(caplog) == [
         f"worker w1: job {job_id} attempt 1 no longer belongs to worker 'w1'; "
-        "it is queued; its attempt was stopped"
+        "it is queued, set by worker 'rescuer'; its attempt was stopped"
     ]
     # Nothing of the lost attempt was written after the rescue.
     assert audit(await store.events(job_id))[1:3] == [

@@ -19,6 +19,8 @@ on.
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 import trio
 
@@ -114,11 +116,33 @@ class RunningAttempts:
         records = await access.call(
             "checking its jobs", lambda: access.store.jobs(ids), writes=False
         )
-        for attempt, now in zip(attending, records, strict=True):
+        taken = [
+            (attempt, now)
+            for attempt, now in zip(attending, records, strict=True)
+            if lost_job_error(now, self.worker_id, attempt.job.attempts) is not None
+        ]
+        if not taken:
+            return
+
+        # Who settled each one, to name it: another worker, or a client.
+        async def read_setters() -> list[str | None]:
+            return [(await access.store.events(job.id))[-1].worker for _, job in taken]
+
+        setters = await access.call("checking its jobs", read_setters, writes=False)
+        for (attempt, now), setter in zip(taken, setters, strict=True):
             # Only an attempt still in its bundle: one that has left it may
             # have written its own ending since the read.
             if attempt.scope is None or attempt.state is AttemptState.LOST:
                 continue
-            lost = lost_job_error(now, self.worker_id, attempt.job.attempts)
+            lost = lost_job_error(
+                now,
+                self.worker_id,
+                attempt.job.attempts,
+                set_by=functools.partial(_given, setter),
+            )
             if lost is not None:
                 self.lose(attempt, lost)
+
+
+def _given(value: str | None) -> str | None:
+    return value
