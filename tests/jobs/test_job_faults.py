@@ -35,7 +35,10 @@ from .faults_support import (
     wait_all_ended,
 )
 
-pytestmark = pytest.mark.realtime
+# Real processes and servers through several waits of up to a minute each
+# (PATIENCE): the whole of one test may take longer than the default timeout
+# on a loaded machine without anything being wrong.
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(600)]
 
 S = JobState
 
