@@ -120,7 +120,7 @@ def test_a_call_in_flight_at_sigint_finishes_and_a_new_request_is_refused(caplog
     assert rest == []
     assert seen == [(1.5, 2), (2.5, 1)]
     assert mcp_lines(caplog) == [
-        "STOP: no new requests; 1 call in flight: tools/call sleep (id 1)",
+        "STOP: no new work; 1 call in flight: tools/call sleep (id 1)",
         "refused tools/call echo (id 2): shutting down",
     ]
 
@@ -240,7 +240,7 @@ def test_a_call_that_outlasts_the_grace_gets_an_error_at_the_deadline(caplog):
     ]
     running = "1 call in flight: tools/call sleep (id 1)"
     assert mcp_lines(caplog) == [
-        f"STOP: no new requests; {running}",
+        f"STOP: no new work; {running}",
         f"waiting for {running}; 3.0 s of grace left",
         f"waiting for {running}; 1.0 s of grace left",
         f"hard cancel: {running}",

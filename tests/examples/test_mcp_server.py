@@ -68,7 +68,7 @@ Scenario = Callable[[ServerProcess], Awaitable[None]]
 async def finishes_its_call_and_refuses_new_ones(server: ServerProcess) -> None:
     await in_flight(server, 1, "sleep", seconds=1.5)
     server.kill(signal.SIGINT)
-    await server.wait_stderr("STOP: no new requests")
+    await server.wait_stderr("STOP: no new work")
     await server.wire.send(tool_call(2, "echo", text="too late"))
     assert (await server.wire.answer())["error"] == REFUSED
     # Requests that start no work are still answered.
@@ -84,7 +84,7 @@ async def finishes_its_call_and_refuses_new_ones(server: ServerProcess) -> None:
     assert status == 0
     assert elapsed < AT_ONCE  # the linger is half a second
     text = server.clean_stderr()
-    assert "STOP: no new requests; 1 call in flight: tools/call sleep (id 1)" in text
+    assert "STOP: no new work; 1 call in flight: tools/call sleep (id 1)" in text
 
 
 async def cuts_off_a_call_at_the_end_of_the_grace(server: ServerProcess) -> None:
@@ -220,7 +220,7 @@ async def test_idle_sigint_and_a_second_sigint_exit_at_once():
 
             await in_flight(busy, 1, "sleep", seconds=60)
             busy.kill(signal.SIGINT)
-            await busy.wait_stderr("STOP: no new requests")
+            await busy.wait_stderr("STOP: no new work")
             start = trio.current_time()
             busy.kill(signal.SIGINT)
             status, elapsed = await busy.exit_status(since=start)
@@ -292,7 +292,7 @@ async def test_the_sdks_own_client(tmp_path: Path):
             assert results == ["slept 1.5"]
     text = errors.read_text()
     assert "Traceback" not in text, text
-    assert "STOP: no new requests; 1 call in flight: tools/call sleep" in text
+    assert "STOP: no new work; 1 call in flight: tools/call sleep" in text
 
 
 async def test_the_sdks_client_gets_the_result_of_a_call_in_flight_at_sigint(
@@ -323,5 +323,5 @@ async def test_the_sdks_client_gets_the_result_of_a_call_in_flight_at_sigint(
             assert result.structured_content == {"result": "slept 1.5"}
     text = errors.read_text()
     assert "Traceback" not in text, text
-    assert "STOP: no new requests; 1 call in flight: tools/call sleep" in text
+    assert "STOP: no new work; 1 call in flight: tools/call sleep" in text
     assert "refused" not in text, text

@@ -261,7 +261,7 @@ class _Session:
             while True:
                 line = await self._inbox.until_stop(self._next_line)
                 if line is STOP:
-                    logger.info("STOP: no new requests; %s", self._calls.describe())
+                    logger.info("STOP: no new work; %s", self._calls.describe())
                     break
                 if line is None:
                     logger.info("end of input; %s", self._calls.describe())
