@@ -21,8 +21,9 @@ Try:
 
 * Ctrl+C while idle: it exits at once, with status 0.
 * Ctrl+C during the ``sleep`` call: the call finishes, its answer is
-  written, then the server exits with 0. A request sent meanwhile is
-  answered with *server is shutting down*.
+  written, then the server exits with 0. A ``tools/call`` sent meanwhile is
+  answered with *server is shutting down*; a ``tools/list`` or a ``ping``
+  is answered as usual.
 * ``--grace 2`` and a ``sleep`` of 30 s, then Ctrl+C: at 2 s the call is
   cancelled and answered with an error; the status is 130.
 * ``blocking_sleep`` of 30 s, then Ctrl+C: the thread sees its stop flag
@@ -34,7 +35,6 @@ Try:
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import sys
 import time
@@ -101,8 +101,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    status = main()
-    # The interpreter's last garbage collection would walk every object the
-    # SDK made, a fifth of a second; at exit nothing needs collecting.
-    gc.freeze()
-    sys.exit(status)
+    sys.exit(main())

@@ -27,7 +27,7 @@ import trio_graceful
 from trio_graceful.mcp import EXIT_CODES, serve_stdio
 
 from .examples_loader import load_example
-from .mcp_support import Message, Wire, cancel, text_of, tool_call
+from .mcp_support import Message, Wire, cancel, request, text_of, tool_call
 
 Script = Callable[[Wire], Awaitable[None]]
 SHUTTING_DOWN = "server is shutting down; "
@@ -54,15 +54,24 @@ def example_server() -> MCPServer:
 
 
 def serve(
-    server: MCPServer, script: Script, **options: Any
+    server: MCPServer,
+    script: Script,
+    *,
+    returned: list[float] | None = None,
+    **options: Any,
 ) -> tuple[int, list[Message]]:
-    """Serve over pipes while ``script`` plays the client; the status, the rest."""
+    """Serve over pipes while ``script`` plays the client; the status, the rest.
+
+    When `serve_stdio` returned goes to ``returned``.
+    """
     pipes = Pipes()
 
     async def main(*, task_status: trio.TaskStatus[None]) -> None:
         trio_graceful.current_runner().root.start_soon(script, pipes.wire)
         fds = (pipes.server_in, pipes.server_out)
         await serve_stdio(server, fds=fds, task_status=task_status)
+        if returned is not None:
+            returned.append(trio.current_time())
 
     options.setdefault("clock", trio.testing.MockClock(autojump_threshold=0))
     try:
@@ -111,9 +120,103 @@ def test_a_call_in_flight_at_sigint_finishes_and_a_new_request_is_refused(caplog
     assert rest == []
     assert seen == [(1.5, 2), (2.5, 1)]
     assert mcp_lines(caplog) == [
-        "STOP: no new requests; 1 call in flight: tools/call sleep (id 1)",
+        "STOP: no new work; 1 call in flight: tools/call sleep (id 1)",
         "refused tools/call echo (id 2): shutting down",
     ]
+
+
+NO_WORK = [
+    "ping",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+]
+WORK = {"tools/call": {"name": "echo"}, "resources/read": {"uri": "x://y"}}
+WORK["prompts/get"] = {"name": "greeting"}
+
+
+def test_during_the_drain_requests_that_start_no_work_are_answered(caplog):
+    answers: dict[object, tuple[float, Message]] = {}
+
+    async def script(wire: Wire) -> None:
+        await wire.initialize()
+        await wire.send(tool_call(1, "sleep", seconds=2.5))
+        await sigint_at(1)
+        await trio.sleep(0.5)
+        for request_id, method in enumerate([*NO_WORK, *WORK], start=10):
+            await wire.send(request(request_id, method, **WORK.get(method, {})))
+        for _ in range(len(NO_WORK) + len(WORK) + 1):
+            answer = await wire.answer()
+            answers[answer["id"]] = (trio.current_time(), answer)
+
+    returned: list[float] = []
+    assert serve(example_server(), script, returned=returned) == (0, [])
+    answered = {a["id"]: (t, "error" in a) for t, a in answers.values()}
+    assert answered == {
+        1: (2.5, False),
+        **{10 + i: (1.5, False) for i in range(len(NO_WORK))},
+        **{15 + i: (1.5, True) for i in range(len(WORK))},
+    }
+    (_, tools), (_, refused) = answers[11], answers[15]
+    assert sorted(tool["name"] for tool in tools["result"]["tools"]) == [
+        "blocking_sleep",
+        "echo",
+        "sleep",
+    ]
+    assert refused["error"]["message"] == SHUTTING_DOWN + "the request was not started"
+    assert returned == [3.0]  # the last call's answer, then the linger
+    assert mcp_lines(caplog)[1:] == [
+        "refused tools/call echo (id 15): shutting down",
+        "refused resources/read (id 16): shutting down",
+        "refused prompts/get (id 17): shutting down",
+    ]
+
+
+def test_a_list_request_right_after_the_last_answer_is_answered():
+    answers: list[tuple[float, object]] = []
+
+    async def script(wire: Wire) -> None:
+        await wire.initialize()
+        await wire.send(tool_call(1, "sleep", seconds=2.5))
+        await sigint_at(1)
+        assert text_of(await wire.answer()) == "slept 2.5"
+        await trio.sleep(0.4)  # within the linger, as the SDK's client does
+        await wire.send(request(2, "tools/list"))
+        answers.append(
+            (trio.current_time(), "tools" in (await wire.answer())["result"])
+        )
+        await trio.sleep_until(3.1)
+        await wire.send(request(3, "tools/list"))  # the linger is over: no answer
+
+    returned: list[float] = []
+    assert serve(example_server(), script, returned=returned) == (0, [])
+    assert answers == [(2.9, True)]
+    assert returned == [3.0]
+
+
+@pytest.mark.parametrize(
+    ("options", "returned"),
+    [
+        ({"grace": 1}, [1.75]),  # half the grace left, 0.25 s
+        ({"grace": 10, "close_at": 1.7}, [1.7]),  # the end of input
+        ({"grace": 10}, [2.0]),  # the whole linger, 0.5 s
+        ({"grace": 10, "call": False}, [1.0]),  # nothing in flight at STOP
+    ],
+)
+def test_what_ends_the_linger(options: dict[str, Any], returned: list[float]):
+    async def script(wire: Wire) -> None:
+        await wire.initialize()
+        if options.get("call", True):
+            await wire.send(tool_call(1, "sleep", seconds=1.5))
+        await sigint_at(1)
+        if "close_at" in options:
+            await trio.sleep_until(options["close_at"])
+            wire.close_requests()
+
+    ended: list[float] = []
+    status, _ = serve(example_server(), script, returned=ended, grace=options["grace"])
+    assert (status, ended) == (0, returned)
 
 
 def test_a_call_that_outlasts_the_grace_gets_an_error_at_the_deadline(caplog):
@@ -137,7 +240,7 @@ def test_a_call_that_outlasts_the_grace_gets_an_error_at_the_deadline(caplog):
     ]
     running = "1 call in flight: tools/call sleep (id 1)"
     assert mcp_lines(caplog) == [
-        f"STOP: no new requests; {running}",
+        f"STOP: no new work; {running}",
         f"waiting for {running}; 3.0 s of grace left",
         f"waiting for {running}; 1.0 s of grace left",
         f"hard cancel: {running}",

@@ -20,13 +20,16 @@ from pathlib import Path
 import pytest
 import trio
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp_types import TextContent
+from mcp.client.stdio import get_default_environment
+from mcp_types import CallToolResult, TextContent
 
+import trio_graceful
 from tests.mcp_support import (
     EXAMPLE,
     SDK_RUN,
     ServerProcess,
     end_input,
+    request,
     text_of,
     tool_call,
 )
@@ -65,14 +68,23 @@ Scenario = Callable[[ServerProcess], Awaitable[None]]
 async def finishes_its_call_and_refuses_new_ones(server: ServerProcess) -> None:
     await in_flight(server, 1, "sleep", seconds=1.5)
     server.kill(signal.SIGINT)
-    await server.wait_stderr("STOP: no new requests")
+    await server.wait_stderr("STOP: no new work")
     await server.wire.send(tool_call(2, "echo", text="too late"))
     assert (await server.wire.answer())["error"] == REFUSED
+    # Requests that start no work are still answered.
+    await server.wire.send(request(3, "tools/list"))
+    assert len((await server.wire.answer())["result"]["tools"]) == 3
+    await server.wire.send(request(4, "ping"))
+    assert await server.wire.answer() == {"jsonrpc": "2.0", "id": 4, "result": {}}
     assert text_of(await server.wire.answer()) == "slept 1.5"
-    status, _ = await server.exit_status(since=trio.current_time())
+    # The answer a client asks for right after the result (the SDK's does).
+    await server.wire.send(request(5, "tools/list"))
+    assert (await server.wire.answer())["id"] == 5
+    status, elapsed = await server.exit_status(since=trio.current_time())
     assert status == 0
+    assert elapsed < AT_ONCE  # the linger is half a second
     text = server.clean_stderr()
-    assert "STOP: no new requests; 1 call in flight: tools/call sleep (id 1)" in text
+    assert "STOP: no new work; 1 call in flight: tools/call sleep (id 1)" in text
 
 
 async def cuts_off_a_call_at_the_end_of_the_grace(server: ServerProcess) -> None:
@@ -141,6 +153,24 @@ async def keeps_the_wire_to_itself(server: ServerProcess) -> None:
     assert "noise from a tool\n" in server.clean_stderr()
 
 
+# The heap is frozen at exit, before the interpreter's last collection.
+FROZEN = """
+import atexit, gc, sys, trio_graceful, trio_graceful.mcp
+from mcp.server.mcpserver import MCPServer
+
+# Registered first, so it runs last: after serve_stdio's own.
+atexit.register(lambda: print(f"frozen: {gc.get_freeze_count() > 0}", file=sys.stderr))
+sys.exit(trio_graceful.run(trio_graceful.mcp.serve_stdio, MCPServer("frozen")))
+"""
+
+
+async def freezes_the_heap_at_exit(server: ServerProcess) -> None:
+    await end_input(server)
+    status, _ = await server.exit_status(since=trio.current_time())
+    assert status == 0
+    assert "frozen: True" in server.clean_stderr()
+
+
 async def run_at_once(scenarios: list[tuple[list[str], Scenario]]) -> None:
     async with trio.open_nursery() as nursery:
         servers: list[ServerProcess] = []
@@ -169,6 +199,7 @@ async def test_each_way_to_stop_the_example():
             (example(30), stops_a_thread_at_stop),
             (SDK_RUN, under_the_sdks_run_sigint_is_no_clean_exit),
             ([sys.executable, "-c", CHATTY], keeps_the_wire_to_itself),
+            ([sys.executable, "-c", FROZEN], freezes_the_heap_at_exit),
         ]
     )
 
@@ -189,7 +220,7 @@ async def test_idle_sigint_and_a_second_sigint_exit_at_once():
 
             await in_flight(busy, 1, "sleep", seconds=60)
             busy.kill(signal.SIGINT)
-            await busy.wait_stderr("STOP: no new requests")
+            await busy.wait_stderr("STOP: no new work")
             start = trio.current_time()
             busy.kill(signal.SIGINT)
             status, elapsed = await busy.exit_status(since=start)
@@ -206,6 +237,19 @@ async def test_idle_sigint_and_a_second_sigint_exit_at_once():
             nursery.cancel_scope.cancel()
 
 
+def sdk_client_parameters() -> StdioServerParameters:
+    """The example for the SDK's client, which passes on only a few variables.
+
+    Without ``PYTHONPATH`` the example would import the trio_graceful that is
+    installed, not the one under test.
+    """
+    env = get_default_environment()
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(trio_graceful.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
+    )
+    return StdioServerParameters(command=sys.executable, args=[str(EXAMPLE)], env=env)
+
+
 def examples_running() -> list[int]:
     """The example servers this process started (the SDK's client hides its pid)."""
     return [
@@ -216,7 +260,7 @@ def examples_running() -> list[int]:
 
 
 async def test_the_sdks_own_client(tmp_path: Path):
-    parameters = StdioServerParameters(command=sys.executable, args=[str(EXAMPLE)])
+    parameters = sdk_client_parameters()
     errors = tmp_path / "stderr"
     with errors.open("w") as errlog:
         async with (
@@ -248,4 +292,36 @@ async def test_the_sdks_own_client(tmp_path: Path):
             assert results == ["slept 1.5"]
     text = errors.read_text()
     assert "Traceback" not in text, text
-    assert "STOP: no new requests; 1 call in flight: tools/call sleep" in text
+    assert "STOP: no new work; 1 call in flight: tools/call sleep" in text
+
+
+async def test_the_sdks_client_gets_the_result_of_a_call_in_flight_at_sigint(
+    tmp_path: Path,
+):
+    # As in the docs: no list_tools first, so after the result the client asks
+    # for tools/list, to check it against the tool's output schema.
+    parameters = sdk_client_parameters()
+    errors = tmp_path / "stderr"
+    with errors.open("w") as errlog:
+        async with (
+            stdio_client(parameters, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            (pid,) = examples_running()
+            results: list[CallToolResult] = []
+
+            async def call_sleep() -> None:
+                results.append(await session.call_tool("sleep", {"seconds": 1.5}))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call_sleep)
+                await session.send_ping()  # answered after the call was read
+                os.kill(pid, signal.SIGINT)
+            (result,) = results
+            assert not result.is_error
+            assert result.structured_content == {"result": "slept 1.5"}
+    text = errors.read_text()
+    assert "Traceback" not in text, text
+    assert "STOP: no new work; 1 call in flight: tools/call sleep" in text
+    assert "refused" not in text, text

@@ -56,6 +56,10 @@ class CallTable:
             self._emptied.set()
         return call
 
+    def __len__(self) -> int:
+        """How many calls are in flight. Not a checkpoint."""
+        return len(self._calls)
+
     def __contains__(self, request_id: RequestId) -> bool:
         """Whether the call with this id is in flight. Not a checkpoint."""
         return coerce_request_id(request_id) in self._calls

@@ -11,12 +11,23 @@ the SDK sits this module's `_Session`, which owns the stop:
 1. until STOP (or the end of stdin, which asks the runner for a shutdown),
    every message is passed on and each request is recorded as a call in
    flight;
-2. after STOP a request is answered at once with an error that says the
-   server is shutting down; everything else (a client's
-   ``notifications/cancelled``, answers to the server's own requests) is
-   still passed on, so calls in flight can finish, or be cancelled;
-3. when no call is in flight the SDK's input ends, the SDK returns, and so
-   does `serve_stdio`.
+2. after STOP a request that starts work is answered at once with an error
+   that says the server is shutting down; a request that starts none
+   (`NO_WORK`: the lists and ``ping``) is still passed on and answered, and
+   so is everything else (a client's ``notifications/cancelled``, answers
+   to the server's own requests), so calls in flight can finish, or be
+   cancelled;
+3. when no call is in flight the session lingers (`LINGER`), if calls were
+   in flight at STOP: a client that got a result may ask at once for a list
+   (the SDK's client sends ``tools/list`` after a tool's result, to check
+   it against the tool's output schema), and must get its answer, not a
+   closed pipe. End of input ends the linger early;
+4. then the SDK's input ends, the SDK returns, and so does `serve_stdio`.
+
+At the interpreter's exit after a `serve_stdio`, `gc.freeze` runs first
+(an ``atexit`` function): the interpreter's last garbage collection would
+walk every object the SDK and pydantic made, a good part of a second on a
+busy machine, and at exit nothing needs collecting.
 
 The handlers run as children of the root bundle (`HandlersInBundle`), so
 the runner's grace bounds them and its hard cancel ends them; the SDK then
@@ -25,7 +36,9 @@ answers each of them with an error, which goes out before the process ends.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import signal
 from typing import Any, Final, cast, final
 
@@ -37,7 +50,12 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCNotification, JSONRPCRequest, jsonrpc_message_adapter
+from mcp_types import (
+    JSONRPCNotification,
+    JSONRPCRequest,
+    RequestId,
+    jsonrpc_message_adapter,
+)
 
 from .._children._stdin import StdinLines, open_stdin_lines
 from .._core._cancellation import PROGRESS_INTERVAL
@@ -63,6 +81,29 @@ stdin); a server that then finishes its calls within the grace has done
 what it was asked, so it exits with 0 after either signal. A stop that had to
 be forced (the grace ran out, or a second signal came) exits with 128 + the
 signal's number: 130 after SIGINT, 143 after SIGTERM.
+"""
+
+
+NO_WORK: Final = frozenset(
+    {"ping", "tools/list", "prompts/list", "resources/list", "resources/templates/list"}
+)
+"""The requests still answered after STOP: they start no work.
+
+They read what the server offers, and the SDK answers them from its
+registries. Every other request is refused after STOP: ``tools/call``,
+``resources/read``, ``prompts/get`` and ``completion/complete`` run the
+server's own functions, for as long as those take; ``initialize``,
+``logging/setLevel`` and ``resources/subscribe`` start a session or change
+its state, which a stopping server will not keep.
+"""
+
+LINGER: Final = 0.5
+"""Seconds the drain keeps answering `NO_WORK` requests after its last call.
+
+Only if calls were in flight at STOP; ended early by the end of input (the
+SDK's client closes the server's stdin when it is done), and never longer
+than half the grace that is left, so that it never makes a graceful stop a
+forced one.
 """
 
 
@@ -113,12 +154,19 @@ async def serve_stdio(
 
     It is ready (``task_status.started()``) once it reads requests. Then:
 
-    * At the first SIGINT or SIGTERM (STOP) it starts no new request: each
-      one that arrives is answered with a JSON-RPC error (code -32000,
-      *server is shutting down; the request was not started*). The calls in
-      flight have the rest of the grace to finish, and their answers go
-      out; a client's ``notifications/cancelled`` still cancels one. When
-      none is left, `serve_stdio` returns.
+    * At the first SIGINT or SIGTERM (STOP) it starts no new work: each
+      request that would (``tools/call``, ``resources/read``,
+      ``prompts/get``, anything but the five below) is answered with a
+      JSON-RPC error (code -32000, *server is shutting down; the request
+      was not started*). Requests that start no work, ``tools/list``,
+      ``prompts/list``, ``resources/list``, ``resources/templates/list``
+      and ``ping``, are still answered. The calls in flight have the rest of
+      the grace to finish, and their answers go out; a client's
+      ``notifications/cancelled`` still cancels one. When none is left,
+      `serve_stdio` returns; if calls were in flight at STOP, it first
+      answers those five for another 0.5 s at most (half the grace left at
+      most), or until the end of input: the SDK's client asks for
+      ``tools/list`` right after a tool's result, to check the result.
     * End of input on stdin, or a stdout whose reader has gone, asks the
       runner for a graceful shutdown
       (`trio_graceful.Runner.request_shutdown`), which goes
@@ -142,7 +190,9 @@ async def serve_stdio(
     the wire, and a subprocess cannot read the client's requests. The wire
     itself is read and written through private duplicates, with Trio
     waiting for it (no thread), and the descriptors' flags are never
-    changed. This is a checkpoint.
+    changed. At the interpreter's exit, the heap is frozen (`gc.freeze`)
+    before the last garbage collection, which would otherwise walk every
+    object the SDK made. This is a checkpoint.
 
     Args:
         server (mcp.server.mcpserver.MCPServer or mcp.server.lowlevel.Server):
@@ -162,6 +212,8 @@ async def serve_stdio(
     lowlevel = _lowlevel(server)
     checked_fds = _check_fds(fds)
     runner = current_runner()
+    atexit.unregister(gc.freeze)  # once, however many times it serves
+    atexit.register(gc.freeze)
     _, inbox = runner.root.open_inbox()
     middleware = HandlersInBundle(runner.root)
     with contextlib.ExitStack() as stack:
@@ -209,17 +261,14 @@ class _Session:
             while True:
                 line = await self._inbox.until_stop(self._next_line)
                 if line is STOP:
-                    logger.info("STOP: no new requests; %s", self._calls.describe())
+                    logger.info("STOP: no new work; %s", self._calls.describe())
                     break
                 if line is None:
                     logger.info("end of input; %s", self._calls.describe())
                     self._runner.request_shutdown("end of input")
                     break
                 await self._take(line, accepting=True)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._refuse_requests)
-                await self._wait_for_calls()
-                nursery.cancel_scope.cancel(reason="no call left in flight")
+            await self._drain(linger=len(self._calls) > 0)
         except BaseException as exc:
             if is_cancellation(exc):
                 logger.warning("hard cancel: %s", self._calls.describe())
@@ -231,9 +280,26 @@ class _Session:
         except trio.EndOfChannel:
             return None
 
-    async def _refuse_requests(self) -> None:
+    async def _drain(self, *, linger: bool) -> None:
+        """Wait for the calls in flight, answering only `NO_WORK` requests."""
+        input_ended = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read_while_draining, input_ended)
+            await self._wait_for_calls()
+            if linger:
+                left = self._runner.status().grace_left
+                with trio.move_on_after(
+                    LINGER if left is None else min(LINGER, left / 2)
+                ):
+                    await input_ended.wait()
+                await self._wait_for_calls()
+            nursery.cancel_scope.cancel(reason="no call left in flight")
+        await self._wait_for_calls()  # one passed on as the reading stopped
+
+    async def _read_while_draining(self, input_ended: trio.Event) -> None:
         while (line := await self._next_line()) is not None:
             await self._take(line, accepting=False)
+        input_ended.set()
 
     async def _wait_for_calls(self) -> None:
         while True:
@@ -256,15 +322,22 @@ class _Session:
         except ValueError as exc:
             await self._to_sdk.send(exc)  # the SDK decides, as from its own transport
             return
+        request_id: RequestId | None = None
         if isinstance(message, JSONRPCRequest):
-            if not accepting:
+            if not accepting and message.method not in NO_WORK:
                 name = describe_call(message.method, message.params, message.id)
                 logger.info("refused %s: shutting down", name)
                 with contextlib.suppress(anyio.BrokenResourceError):
                     await self._wire.send(shutdown_error(message.id, REFUSED))
                 return
-            self._calls.start(message.method, message.params, message.id)
-        await self._to_sdk.send(SessionMessage(message))
+            request_id = message.id
+            self._calls.start(message.method, message.params, request_id)
+        try:
+            await self._to_sdk.send(SessionMessage(message))
+        except BaseException:
+            if request_id is not None:  # not passed on: nobody will answer it
+                self._calls.end(request_id)
+            raise
         if (
             isinstance(message, JSONRPCNotification)
             and message.method == "notifications/cancelled"
