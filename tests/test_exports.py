@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +20,12 @@ import trio_graceful.jobs
 import trio_graceful.mcp
 
 DOCS = Path(__file__).parent.parent / "docs"
-# Each package and the page that holds its reference.
+# Each package and the page that holds its reference: docs/reference.rst, a
+# section each.
 PACKAGES = [
     (trio_graceful, "reference.rst"),
-    (trio_graceful.jobs, "jobs.rst"),
-    (trio_graceful.asgi, "asgi.rst"),
+    (trio_graceful.jobs, "reference.rst"),
+    (trio_graceful.asgi, "reference.rst"),
     (trio_graceful.mcp, "reference.rst"),
 ]
 # Type aliases described in the text of a function that takes them.
@@ -80,6 +82,21 @@ def test_no_private_module_leaks_a_public_name_twice(package: ModuleType, page: 
         if _defined_here(value):
             assert id(value) not in seen, (name, seen.get(id(value)))
             seen[id(value)] = name
+
+
+def test_every_public_package_is_checked_and_has_a_reference_section():
+    subpackages = {
+        f"trio_graceful.{module.name}"
+        for module in pkgutil.iter_modules(trio_graceful.__path__)
+        if module.ispkg and not module.name.startswith("_")
+    }
+    assert {package.__name__ for package, _ in PACKAGES} == {
+        "trio_graceful",
+        *subpackages,
+    }
+    reference = (DOCS / "reference.rst").read_text()
+    for name in sorted(subpackages):
+        assert f"\n``{name}``: " in reference, name  # its section's title
 
 
 def test_private_helpers_stay_private():
