@@ -13,11 +13,19 @@ Run it::
     python examples/jobs_service.py status --json
     python examples/jobs_service.py status --traceback
 
-Try: kill the worker with SIGKILL mid-job and start it again (after its
-``--lease`` has run out, the job resumes from its saved step); submit a
+The worker says at its start which id, store, lease and grace it runs
+with; ``status`` shows which worker holds each running job and when its
+lease ends.
+
+Try: kill the worker with SIGKILL mid-job and start it again: under the
+same ``--worker-id`` it takes its jobs over at once, under another (each
+start picks a new one by default) they wait until the dead worker's
+``--lease`` has run out; either way the job resumes from its saved step.
+Submit a
 ``stubborn`` job and cancel it (it ends only when ``--cancel-grace`` runs
 out); give a job ``--timeout`` or ``--fail-at`` (``status --traceback``
-shows where it failed); run several workers on one store. Under an
+shows where it failed); run several workers on one store. ``--help``
+after any command lists its options and their defaults. Under an
 orchestrator, ``--health-port`` serves ``/readyz`` and ``--drain-delay S``
 keeps the worker taking jobs for S seconds after SIGTERM, not ready.
 
@@ -40,6 +48,7 @@ import os
 import sys
 import textwrap
 import time
+import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +64,13 @@ if TYPE_CHECKING:
 # The clients (submit, cancel, status) load only the store; the worker's
 # names (jobs.Worker, jobs.JobStopped) load when the worker runs.
 
-KINDS = ("steps", "stubborn", "blocking")
+# --grace is the program's whole shutdown: the jobs get all of it but the
+# time kept to hand back what is left (HANDBACK s, or half of a short grace).
+DEFAULT_GRACE = 15.0
+HANDBACK = 5.0
+
+# The states in which a worker holds a job, and its lease says it is alive.
+HELD = ("running", "cancelling", "timing_out")
 
 
 def append_audit(path: str | None, line: dict[str, Any]) -> None:
@@ -137,6 +152,15 @@ def job_functions(audit: str | None) -> dict[str, JobFunction]:
     return {"steps": steps, "stubborn": stubborn, "blocking": blocking}
 
 
+# The kinds the worker knows, read off its registry of job functions.
+KINDS = tuple(job_functions(None))
+
+
+def jobs_grace(grace: float) -> float:
+    """The part of the program's ``grace`` that the running jobs get."""
+    return grace - min(HANDBACK, grace / 2)
+
+
 def make_worker(store: JobStore, args: argparse.Namespace) -> jobs.Worker:
     """The worker the options ask for; a bad option raises ValueError or TypeError."""
     ids = {} if args.worker_id is None else {"worker_id": args.worker_id}
@@ -145,7 +169,7 @@ def make_worker(store: JobStore, args: argparse.Namespace) -> jobs.Worker:
         job_functions(args.audit),
         **ids,
         concurrency=args.concurrency,
-        grace=args.grace,
+        grace=jobs_grace(args.grace),
         cancel_grace=args.cancel_grace,
         lease=args.lease,
         stale_after=args.stale_after,
@@ -153,14 +177,38 @@ def make_worker(store: JobStore, args: argparse.Namespace) -> jobs.Worker:
     )
 
 
+def public_url(url: str) -> str:
+    """``url`` without its password, to be logged."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def start_line(worker: jobs.Worker, args: argparse.Namespace) -> str:
+    """What the worker says once it serves: who it is, where, for how long."""
+    return (
+        f"worker {worker.worker_id} serving {public_url(args.store)}: "
+        f"kinds {', '.join(KINDS)}; concurrency {worker.concurrency}; "
+        f"lease {worker.lease:g} s (after a crash, a restart with --worker-id "
+        f"{worker.worker_id} takes its jobs over at once; under another id "
+        f"they wait for the lease to run out); grace {args.grace:g} s "
+        f"({worker.grace:g} s for the jobs to finish, the rest to hand them "
+        f"back); cancel grace {worker.cancel_grace:g} s"
+    )
+
+
 async def run_worker(
     worker: jobs.Worker,
+    args: argparse.Namespace,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve jobs until the program shuts down."""
     runner = trio_graceful.current_runner()
     await runner.start_service(worker.serve, name="jobs worker")
+    logging.getLogger("jobs_service").info("%s", start_line(worker, args))
     task_status.started()
     _, inbox = runner.root.open_inbox()
     await inbox.receive()
@@ -178,14 +226,32 @@ async def submit(store: JobStore, args: argparse.Namespace) -> None:
     print(job_id)
 
 
+def lease_text(ends_in: float) -> str:
+    if ends_in >= 0:
+        return f"lease ends in {ends_in:.0f} s"
+    return f"lease ended {-ends_in:.0f} s ago (a worker's rescue will settle it)"
+
+
 async def status(store: JobStore, args: argparse.Namespace) -> None:
     now = store.now()
-    for job in await store.jobs(args.ids or None):
+    found = await store.jobs(args.ids or None)
+    held = any(job.state.value in HELD for job in found)
+    leases = await store.leases() if held else {}
+    for job in found:
+        # The lease of the worker holding the job: None if it dropped it.
+        expires = leases.get(job.worker or "") if job.state.value in HELD else None
+        ends_in = None if expires is None else expires - now
         if args.json:
-            print(json.dumps(job.as_json(now=now)))
+            row = job.as_json(now=now)
+            row["lease_expires_at"] = expires
+            row["lease_ends_in"] = ends_in
+            print(json.dumps(row))
             continue
-        step = (job.progress or {}).get("step", 0)
+        step = (job.progress or {}).get("step", "none")
         line = f"{job.id} {job.kind} {job.state.value} step={step}"
+        if job.state.value in HELD:
+            line += f" worker={job.worker}"
+            line += " no lease" if ends_in is None else f" {lease_text(ends_in)}"
         waited = job.waited(now)
         if waited is not None:
             # A kind that no running worker knows waits here.
@@ -217,6 +283,7 @@ def count(text: str) -> int:
 
 
 def kind(text: str) -> str:
+    """A kind the worker knows, for argparse."""
     if text not in KINDS:
         raise argparse.ArgumentTypeError(
             f"unknown job kind {text!r}; the kinds are {', '.join(KINDS)}"
@@ -230,34 +297,125 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Durable background jobs: a worker and its clients."
     )
-    parser.add_argument("--store", default="sqlite:///jobs.db")
     parser.add_argument(
-        "--debug", action="store_true", help="log at DEBUG, with errors' tracebacks"
+        "--store",
+        default="sqlite:///jobs.db",
+        help="the job store: sqlite:///PATH (four slashes for an absolute "
+        "path) or postgresql://USER@HOST/DATABASE (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="log at DEBUG, with errors' tracebacks (default: off)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    worker = commands.add_parser("worker", help="run jobs until SIGTERM or SIGINT")
-    worker.add_argument("--concurrency", type=count, default=4)
-    worker.add_argument("--cancel-grace", type=seconds, default=5.0)
-    worker.add_argument("--lease", type=positive, default=30.0)
-    worker.add_argument("--stale-after", type=seconds, default=60.0)
-    worker.add_argument("--worker-id", default=None)
-    worker.add_argument("--audit", default=None)
-    trio_graceful.add_run_arguments(worker)  # --grace, --drain-delay, ...
-    sub = commands.add_parser("submit", help="queue a job; print its id")
-    sub.add_argument("kind", type=kind)
-    sub.add_argument("--steps", type=count, default=10)
-    sub.add_argument("--step-ms", type=seconds, default=100.0)
-    sub.add_argument("--timeout", type=positive, default=None)
-    sub.add_argument("--fail-at", type=count, default=None)
-    sub.add_argument("--hang-at", type=count, default=None)
-    sub.add_argument("--max-attempts", type=count, default=3)
+    worker = commands.add_parser(
+        "worker",
+        help="run jobs until SIGTERM or SIGINT",
+        description="Run jobs until SIGTERM or SIGINT. At that signal the "
+        "running jobs get STOP and --grace, less the time kept to hand back "
+        f"to the queue what is left ({HANDBACK:g} s, or half of a shorter "
+        "grace).",
+    )
+    option = worker.add_argument
+    option(
+        "--concurrency",
+        type=count,
+        default=4,
+        help="jobs run at once (default: %(default)s)",
+    )
+    option(
+        "--cancel-grace",
+        type=seconds,
+        default=5.0,
+        help="seconds a job asked to cancel gets to stop before it is "
+        "hard-cancelled (default: %(default)g)",
+    )
+    option(
+        "--lease",
+        type=positive,
+        default=30.0,
+        help="seconds the worker's lease lasts, renewed every third of it; "
+        "after a crash, other workers wait this long before they rescue its "
+        "jobs (default: %(default)g)",
+    )
+    option(
+        "--stale-after",
+        type=seconds,
+        default=60.0,
+        help="seconds without saved progress after which status reports a "
+        "running job stale (default: %(default)g)",
+    )
+    option(
+        "--worker-id",
+        default=None,
+        help="this worker's id; a restart under the same id takes over the "
+        "jobs the last process left at once (default: HOST-PID-RANDOM, new "
+        "at each start)",
+    )
+    option(
+        "--audit",
+        default=None,
+        metavar="FILE",
+        help="append a JSON line to FILE after each step of a job (default: none)",
+    )
+    # --grace, --drain-delay, ...; the jobs get all of --grace but the time
+    # to hand back what is left (see jobs_grace).
+    trio_graceful.add_run_arguments(worker, grace=DEFAULT_GRACE)
+    sub = commands.add_parser(
+        "submit",
+        help="queue a job; print its id",
+        description=f"Queue a job; print its id. The kinds: {', '.join(KINDS)}.",
+    )
+    sub.add_argument("kind", type=kind, help=f"one of {', '.join(KINDS)}")
+    add = sub.add_argument
+    add("--steps", type=count, default=10, help="steps (default: %(default)s)")
+    add(
+        "--step-ms",
+        type=seconds,
+        default=100.0,
+        help="milliseconds each step takes (default: %(default)g)",
+    )
+    add(
+        "--timeout",
+        type=positive,
+        default=None,
+        help="seconds one attempt may run (default: no limit)",
+    )
+    add(
+        "--fail-at",
+        type=count,
+        default=None,
+        metavar="STEP",
+        help="raise an error at this step (default: never)",
+    )
+    add(
+        "--hang-at",
+        type=count,
+        default=None,
+        metavar="STEP",
+        help="wait at this step until asked to stop (default: never)",
+    )
+    add(
+        "--max-attempts",
+        type=count,
+        default=3,
+        help="attempts that may end with a dead worker before the job "
+        "fails (default: %(default)s)",
+    )
     cancel = commands.add_parser("cancel", help="request a job's cancellation; say so")
-    cancel.add_argument("id")
+    cancel.add_argument("id", help="the job's id, as submit printed it")
     stat = commands.add_parser("status", help="show jobs")
-    stat.add_argument("ids", nargs="*")
-    stat.add_argument("--json", action="store_true")
+    stat.add_argument("ids", nargs="*", help="the jobs to show (default: all)")
     stat.add_argument(
-        "--traceback", action="store_true", help="show failed jobs' tracebacks"
+        "--json",
+        action="store_true",
+        help="one JSON object per job, per line (default: text)",
+    )
+    stat.add_argument(
+        "--traceback",
+        action="store_true",
+        help="show failed jobs' tracebacks (default: off)",
     )
     return parser.parse_args(argv)
 
@@ -279,10 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "worker":
                 worker = make_worker(store, args)
                 options = trio_graceful.run_arguments(args)
-                # The program's grace covers the jobs' grace and the hand-backs.
-                options["grace"] = args.grace + 5
                 return trio_graceful.run(
-                    run_worker, worker, **options, name="jobs worker"
+                    run_worker, worker, args, **options, name="jobs worker"
                 )
             if args.command == "submit":
                 trio.run(submit, store, args)

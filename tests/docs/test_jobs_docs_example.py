@@ -23,6 +23,10 @@ def example() -> str:
     return "\n".join(line.removeprefix("    ") for line in block.splitlines())
 
 
+def test_the_jobs_page_example_closes_its_store_with_a_with_block() -> None:
+    assert '    with open_store("sqlite:///jobs.db") as store:\n' in example()
+
+
 def test_the_jobs_page_example_serves_until_sigterm(tmp_path: Path) -> None:
     (tmp_path / "service.py").write_text(example())
     process = subprocess.Popen(

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.examples_loader import EXAMPLES
+from tests.examples_loader import EXAMPLES, load_example
 from trio_graceful.jobs import JobEvent, JobRecord, JobState, open_store
 from trio_graceful.jobs._sql import SqlQueries
 
@@ -243,7 +243,8 @@ def test_several_workers_share_one_store(any_service: Service) -> None:
 
 
 def test_sigterm_hands_running_jobs_back(service: Service) -> None:
-    first = service.start_worker("A", "--grace", "0.2")
+    # The jobs get half of a short grace; the rest hands them back.
+    first = service.start_worker("A", "--grace", "1")
     job_id = service.submit("stubborn", "--steps", "100000", "--step-ms", "20")
     service.wait("two saved steps", lambda: service.step(job_id) >= 2)
     assert service.stop(first) == 0
@@ -352,7 +353,8 @@ def test_status_shows_waits_and_tracebacks(service: Service) -> None:
         f"{failing} steps failed step=1 error=raised RuntimeError('failed at step 2')"
     )
     lines = service.cli("status").stdout.splitlines()
-    assert re.fullmatch(rf"{report} report queued step=0 waited=\d+\.\ds", lines[0])
+    # No progress shows as none.
+    assert re.fullmatch(rf"{report} report queued step=none waited=\d+\.\ds", lines[0])
     assert lines[1:] == [failed_line]
     done = service.cli("status", failing, "--traceback")
     assert done.stdout == failed_line + "\n" + textwrap.indent(traceback, "    ")
@@ -470,3 +472,101 @@ def test_a_bad_worker_option_is_one_line_on_stderr(service: Service) -> None:
     done = service.cli("worker", "--worker-id", "")
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == "jobs_service: error: worker_id must not be empty\n"
+
+
+def options_help(text: str) -> dict[str, str]:
+    """The help of each option in an argparse help text, by its first name."""
+    blocks = re.split(r"\n  (?=-)", text.split("\n\n", 2)[-1])
+    return {
+        block.split()[0].rstrip(","): " ".join(block.split())
+        for block in blocks
+        if block.startswith("-")
+    }
+
+
+@pytest.mark.parametrize("command", [[], ["worker"], ["submit"], ["status"]])
+def test_every_option_says_what_it_does_and_its_default(
+    service: Service, command: list[str]
+) -> None:
+    done = service.cli(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    helps = options_help(done.stdout)
+    assert helps.keys() > {"-h"}
+    for name, text in helps.items():
+        if name != "-h":
+            assert "(default: " in text, (name, text)
+
+
+def test_submit_help_lists_the_kinds_of_the_registry(service: Service) -> None:
+    kinds = list(load_example("jobs_service").job_functions(None))
+    assert kinds == ["steps", "stubborn", "blocking"]
+    done = service.cli("submit", "--help")
+    assert f"The kinds: {', '.join(kinds)}." in " ".join(done.stdout.split())
+    assert f"kind one of {', '.join(kinds)}" in " ".join(done.stdout.split())
+
+
+def test_the_worker_says_who_it_is_and_uses_the_grace_its_help_shows(
+    service: Service,
+) -> None:
+    helps = options_help(service.cli("worker", "--help").stdout)
+    assert helps["--grace"].endswith("(default: 15)")
+    assert helps["--lease"].endswith("(default: 30)")
+    worker = service.start_worker("A")
+    service.wait("worker A to start", lambda: "A" in service.leases())
+    log = service.tmp_path / "A.log"
+    service.wait("the start line", lambda: "serving" in log.read_text())
+    assert service.stop(worker) == 0
+    lines = log.read_text().splitlines()
+    assert lines[0] == (
+        f"INFO jobs_service: worker A serving {service.url}: kinds steps, "
+        "stubborn, blocking; concurrency 4; lease 30 s (after a crash, a "
+        "restart with --worker-id A takes its jobs over at once; under "
+        "another id they wait for the lease to run out); grace 15 s (10 s "
+        "for the jobs to finish, the rest to hand them back); cancel grace 5 s"
+    )
+    assert "WARNING trio_graceful.runner: SIGTERM: shutting down (grace 15 s)" in lines
+
+
+def test_status_shows_who_holds_a_job_and_when_its_lease_ends(
+    service: Service,
+) -> None:
+    worker = service.start_worker("A", "--lease", "40")
+    job_id = service.submit("steps", "--steps", "5", "--step-ms", "1", "--hang-at", "2")
+    service.wait("a saved step", lambda: service.step(job_id) >= 1)
+    line = service.cli("status", job_id).stdout
+    match = re.fullmatch(
+        rf"{job_id} steps running step=1 worker=A lease ends in (\d+) s\n", line
+    )
+    assert match is not None, line
+    assert 0 < int(match[1]) <= 40
+    row = json.loads(service.cli("status", job_id, "--json").stdout)
+    assert row["worker"] == "A"
+    assert 0 < row["lease_ends_in"] <= 40
+    assert row["lease_expires_at"] == pytest.approx(
+        time.time() + row["lease_ends_in"], abs=5
+    )
+    assert service.stop(worker) == 0
+    # Handed back: queued, held by no one.
+    row = json.loads(service.cli("status", job_id, "--json").stdout)
+    assert (row["state"], row["lease_ends_in"]) == ("queued", None)
+
+
+def test_a_job_that_ignores_a_cancel_and_finishes_is_completed(
+    service: Service,
+) -> None:
+    worker = service.start_worker("A", "--cancel-grace", "600")
+    job_id = service.submit("stubborn", "--steps", "12", "--step-ms", "300")
+    service.wait("a saved step", lambda: service.step(job_id) >= 1)
+    done = service.cli("cancel", job_id)
+    assert done.returncode == 0, done.stderr
+    at_cancel = service.wait_state(job_id, S.CANCELLING).progress
+
+    def moved_on() -> bool:
+        job = service.job(job_id)
+        return job.state is S.CANCELLING and job.progress != at_cancel
+
+    # Its progress shows while the cancel request is served.
+    service.wait("progress while cancelling", moved_on)
+    job = service.wait_state(job_id, S.COMPLETED)
+    assert (job.result, job.error, job.progress) == ({"steps": 12}, None, {"step": 12})
+    assert service.stop(worker) == 0

@@ -320,6 +320,15 @@ async def test_no_keyword_name_of_a_caller_reaches_the_sql(store_url: str) -> No
         assert (await store.get(job_id)).state is JobState.RUNNING
 
 
+async def test_a_with_block_closes_the_store(store_url: str) -> None:
+    opened = open_store(store_url)
+    with opened as store:
+        assert store is opened
+        assert await store.jobs() == []
+    with pytest.raises(StoreError, match=r"^the job store is closed$"):
+        await store.jobs()
+
+
 async def test_a_closed_store_refuses_every_operation(store_url: str) -> None:
     store = open_store(store_url)
     job_id = await store.submit("k")

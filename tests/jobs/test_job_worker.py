@@ -149,6 +149,50 @@ async def test_forced_cancel_after_the_cancel_grace(
     assert (await store.get(job_id)).error == "cancelled after a hard cancel"
 
 
+async def test_a_job_that_finishes_its_work_while_cancelling_is_completed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def never_looks(ctx: JobContext) -> int:
+        for k in range(1, 7):
+            await trio.sleep(1)
+            await ctx.report_progress({"step": k}, save_now=True)
+        return 6
+
+    store = mock_store()
+    job_id = await store.submit("never_looks")
+    seen: list[tuple[JobState, Any]] = []
+    worker = make_worker(store, {"never_looks": never_looks}, cancel_grace=10)
+    async with serving(worker):
+        await trio.sleep(2.2)
+        await store.request_cancel(job_id)
+        for _ in range(3):
+            await trio.sleep(1)
+            job = await store.get(job_id)
+            seen.append((job.state, job.progress))
+        while not (await store.get(job_id)).state.terminal:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    # Its progress shows while the cancel request is served.
+    assert seen == [
+        (S.CANCELLING, {"step": 3}),
+        (S.CANCELLING, {"step": 4}),
+        (S.CANCELLING, {"step": 5}),
+    ]
+    job = await store.get(job_id)
+    assert (job.state, job.result, job.error, job.progress) == (
+        S.COMPLETED,
+        6,
+        None,
+        {"step": 6},
+    )
+    events = await store.events(job_id)
+    assert audit(events)[-2:] == [
+        (S.RUNNING, S.CANCELLING, 2.5),
+        (S.CANCELLING, S.COMPLETED, 6),
+    ]
+    assert events[-1].reason == "returned"
+    assert worker.statistics().ended == {"completed": 1}
+
+
 async def test_timeout_is_an_exact_deadline(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -190,7 +190,8 @@ class RunOptions:
         validator=_check_port,
         metadata={
             COMMAND_LINE: CommandLine(
-                "serve /livez, /readyz and /statusz on this port (0 picks one)",
+                "serve /livez, /readyz and /statusz on this port, 0 picks one "
+                "(default: no health endpoint)",
                 int,
                 "a port number in 0..65535",
                 check_speaks=False,

@@ -140,8 +140,10 @@ class HoldingQueries(ReadQueries, LeaseQueries):
         with self._transaction():
             now = self._now(now)
             job = self._holds(self._get(job_id, lock=True), worker, attempt)
-            if job.state is not JobState.RUNNING:
-                return  # a late write of progress never changes an ending
+            # A job being cancelled runs on until it stops: its progress
+            # shows. A late write never changes an ending.
+            if job.state not in (JobState.RUNNING, JobState.CANCELLING):
+                return
             self._execute(
                 "UPDATE jobs SET progress = ?, last_heartbeat_at = ? WHERE id = ?",
                 (json.dumps(dict(progress)), now, job_id),

@@ -15,6 +15,9 @@ The rules the table encodes:
   (through ``timing_out``). The intermediate states are written before the
   cleanup starts, the terminal ones after it ends, so that a crash in
   between is visible and a rescuer can finish the job's bookkeeping.
+* A job that finished its work while a cancel request was served (it
+  returned without looking at its STOP) is ``completed``, with its result:
+  ``cancelling -> completed``. A job that stops as asked is ``cancelled``.
 * A queued job may be cancelled before it ever runs.
 * ``running -> queued`` hands a job back: at a worker's graceful shutdown,
   or when a rescuer finds that the worker holding it is gone.
@@ -82,6 +85,7 @@ TRANSITIONS: Final[Mapping[tuple[JobState, JobEvent], JobState]] = MappingProxyT
         (_S.RUNNING, _E.TIME_OUT): _S.TIMING_OUT,
         (_S.RUNNING, _E.REQUEUE): _S.QUEUED,
         (_S.CANCELLING, _E.FINISH_CANCEL): _S.CANCELLED,
+        (_S.CANCELLING, _E.COMPLETE): _S.COMPLETED,
         (_S.TIMING_OUT, _E.FINISH_TIME_OUT): _S.TIMED_OUT,
     }
 )

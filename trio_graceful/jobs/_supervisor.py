@@ -13,7 +13,8 @@ attempt's end is decided by whichever comes first:
 * its function returns or raises: ``completed`` or ``failed``;
 * a cancel request (read from the store, so it may come from any process):
   ``cancelling`` is written, STOP goes to the job (`Bundle.shutdown` with
-  ``cancel_grace``), and ``cancelled`` is written once it has unwound;
+  ``cancel_grace``), and ``cancelled`` is written once it has unwound
+  (``completed``, with its result, if its function returned all the same);
 * its deadline, a plain Trio deadline: ``timing_out`` is written, the job is
   hard-cancelled, and ``timed_out`` written with the time and elapsed
   seconds;
@@ -278,10 +279,9 @@ class Supervisor:
                 error=f"timed out after {job.timeout:g} s",
                 elapsed=self._elapsed(job),
             )
-        elif attempt.state is AttemptState.CANCELLING:
-            how = "after a hard cancel" if hard_cancelled else "cooperatively"
-            await self._end(attempt, ctx, JobEvent.FINISH_CANCEL, f"cancelled {how}")
         elif isinstance(ended, outcome.Value):
+            # A job that returned did its work, even if a cancel request
+            # came meanwhile (it never looked at its STOP): completed.
             await self._write(
                 attempt,
                 JobEvent.COMPLETE,
@@ -291,6 +291,9 @@ class Supervisor:
                 progress=_json_text(ctx.progress),
                 elapsed=self._elapsed(job),
             )
+        elif attempt.state is AttemptState.CANCELLING:
+            how = "after a hard cancel" if hard_cancelled else "cooperatively"
+            await self._end(attempt, ctx, JobEvent.FINISH_CANCEL, f"cancelled {how}")
         elif isinstance(ended, outcome.Error) and not isinstance(
             ended.error, JobStopped
         ):
