@@ -56,7 +56,7 @@ from ._programstatus import ProgramStatus
 from ._runoptions import RunSettings
 from ._services import ServiceStack
 from ._shutdown import Shutdown, ShutdownHooks
-from ._signals import SignalRelay
+from ._signals import SignalRelay, ignored_warning
 from ._stages import Move, Stage, Stages
 from ._watchdog import Watchdog
 
@@ -219,6 +219,8 @@ class Program:
             # Reaping orphans here (waitpid(-1)) would take the exit
             # statuses that Trio waits for: that is an init's job.
             logger.warning("%s", PID_1_WARNING)
+        for signum in self.relay.ignored:
+            logger.warning("%s", ignored_warning(signum))
         self.watchdog.show_internals = show_internals()
         self.watchdog.start()
         try:
