@@ -82,6 +82,7 @@ def test_a_signal_withdraws_a_ready_program_then_stop_comes_after_the_delay(capl
             "then shutting down (grace 10 s)",
         ),
         ("INFO", "shutting down (grace 10 s): SIGTERM, after the drain delay"),
+        ("INFO", "exiting with status 0: SIGTERM"),
     ]
 
 
