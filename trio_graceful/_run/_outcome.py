@@ -80,8 +80,8 @@ class Outcome:
         *,
         first_signal: int | None,
         forced_by: Literal["grace", "signal"] | None,
-    ) -> tuple[int, str | None]:
-        """The run's exit status and why (`exit_reason`).
+    ) -> tuple[int, str]:
+        """The run's exit status, and the line that says it and why (`exit_reason`).
 
         Logs the message of a ``SystemExit("message")``.
         """
@@ -94,4 +94,6 @@ class Outcome:
             first_signal=first_signal,
             forced_by=forced_by,
         )
-        return exit_status(self._exit_codes, ending), exit_reason(ending)
+        status, reason = exit_status(self._exit_codes, ending), exit_reason(ending)
+        why = "" if reason is None else f": {reason}"
+        return status, f"exiting with status {status}{why}"

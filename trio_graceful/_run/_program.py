@@ -164,7 +164,7 @@ class Program:
         self._services: ServiceStack | None = None
         self._outcome = Outcome(options.exit_codes)
         self._exit_code: int | None = None
-        self._exit_reason: str | None = None
+        self._exit_line = ""
 
     # -- what the runner reads -------------------------------------------------------
 
@@ -248,8 +248,7 @@ class Program:
         assert self._exit_code is not None
         # The run's last line. The process exits with this status unless a
         # later line says otherwise (an emergency exit, a signal after the run).
-        why = "" if self._exit_reason is None else f": {self._exit_reason}"
-        logger.info("exiting with status %d%s", self._exit_code, why)
+        logger.info("%s", self._exit_line)
         return self._exit_code
 
     async def _root_task(self) -> None:
@@ -278,7 +277,7 @@ class Program:
                 await self._run_root_bundle(control)
                 self._stages.move(Move.ROOT_CLOSED)
                 root_closed.set()
-        self._exit_code, self._exit_reason = self._exit_status()
+        self._exit_code, self._exit_line = self._exit_status()
         self._stages.terminate(f"exit status {self._exit_code}")
 
     async def _run_services(
@@ -415,7 +414,7 @@ class Program:
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _exit_status(self) -> tuple[int, str | None]:
+    def _exit_status(self) -> tuple[int, str]:
         forced_by: Literal["grace", "signal"] | None = None
         if self._stages.forced:
             forced_by = "signal" if self.escalation.level >= 2 else "grace"
