@@ -263,7 +263,7 @@ def test_describe_says_what_a_person_wants_to_know():
         )  # type: ignore[arg-type]
     )
     assert draining.describe() == (
-        "shutting down: waiting for 3 tasks and 1 services, 4.0 s of grace left"
+        "shutting down: waiting for 3 tasks and 1 service, 4.0 s of grace left"
     )
 
 
