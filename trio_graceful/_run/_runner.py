@@ -226,7 +226,8 @@ class Runner(metaclass=NoPublicConstructor):
             What the service passed to ``task_status.started()``, typed as
             its ``task_status: trio.TaskStatus[T]`` says. Type checkers check
             up to three arguments after the inbox; pass more with
-            `functools.partial`.
+            `functools.partial` (pyright still infers the result; mypy's
+            partial gives Any).
 
         Raises:
             RuntimeError: if the shutdown has begun.
