@@ -311,7 +311,7 @@ def run(
     after `run` returned is not cut short, and gets its previous handlers
     back once the stop time is over (see :doc:`runner`). A signal the
     process ignores when `run` starts (an inherited ``SIG_IGN``) stays
-    ignored. During the
+    ignored, and a warning at startup says so. During the
     shutdown the garbage collector's full collections are put off and, once
     the shutdown is forced, the collector is paused; both are undone when the
     last run that needed them returns.
