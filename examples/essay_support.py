@@ -8,7 +8,8 @@ what they share:
 * `MessageSocket` frames newline-terminated text messages on a stream. Its
   `receive` is cancel-safe: bytes already read stay in its buffer, so it can
   be used with `trio_graceful.InboxReceiver.until_stop`.
-* `Timeline` records ``(time, who, what)`` events and prints them.
+* `Timeline` records ``(time, who, what)`` events and prints them in a
+  stable order.
 * `run_virtual` runs an example's ``main`` on the mock clock.
 """
 
@@ -59,21 +60,53 @@ def socket_pair() -> tuple[MessageSocket, MessageSocket]:
     return MessageSocket(left), MessageSocket(right)
 
 
+@attrs.define(eq=False)
+class _Passes(trio.abc.Instrument):
+    """Counts the scheduler's passes: Trio waits for I/O once before each."""
+
+    count: int = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.count += 1
+
+
 @attrs.define
 class Timeline:
-    """What happened when, in seconds since the example started."""
+    """What happened when, in seconds since the example started.
+
+    Tasks that are ready in the same pass of Trio's scheduler run in a random
+    order, so two events of one instant may be recorded in either order. The
+    timeline is printed in an order that does not depend on it: by time, then
+    by the scheduler's pass (a task woken by another runs in a later pass, so
+    a cause comes before its effect), then by who and what.
+    """
 
     start: float = attrs.field(factory=trio.current_time)
     events: list[tuple[float, str, str]] = attrs.field(
         factory=list[tuple[float, str, str]]
     )
+    passes: list[int] = attrs.field(factory=list[int])
+    """The scheduler's pass of each event."""
+    _counter: _Passes = attrs.field(factory=_Passes, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        trio.lowlevel.add_instrument(self._counter)
 
     def __call__(self, who: str, what: str) -> None:
         self.events.append((trio.current_time() - self.start, who, what))
+        self.passes.append(self._counter.count)
+
+    def lines(self) -> list[str]:
+        """The printed lines, in an order that does not depend on the scheduler."""
+        order = sorted(
+            zip(self.passes, self.events, strict=True),
+            key=lambda p: (p[1][0], p[0], p[1][1], p[1][2]),
+        )
+        return [f"{at:7.2f} s  {who:<8} {what}" for _, (at, who, what) in order]
 
     def print(self) -> None:
-        for at, who, what in self.events:
-            print(f"{at:7.2f} s  {who:<8} {what}")
+        for line in self.lines():
+            print(line)
 
 
 def describe(report: trio_graceful.CancelReport) -> str:

@@ -27,6 +27,8 @@ async def worker(name: str, inbox: trio_graceful.InboxReceiver[float]) -> None:
 async def main(grace: float = 2.0) -> trio_graceful.CancelReport:
     async with trio_graceful.open_bundle(name="workers") as bundle:
         for name in ("ann", "bob"):
+            send: trio_graceful.InboxSender[float]
+            inbox: trio_graceful.InboxReceiver[float]
             send, inbox = bundle.open_inbox(10)
             bundle.start_soon(worker, name, inbox, name=name)
             for job in (0.1, 0.2):

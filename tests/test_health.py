@@ -773,9 +773,11 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def report(
     cap: int, evicted: int, refused: int, all_evicted: int, all_refused: int
 ) -> str:
+    connections = "connection" if evicted == 1 else "connections"
+    ones = "one" if refused == 1 else "ones"
     return (
-        f"health endpoint at max_connections={cap}: closed {evicted} connections "
-        f"waiting for a request to admit new ones, refused {refused} new ones "
+        f"health endpoint at max_connections={cap}: closed {evicted} {connections} "
+        f"waiting for a request to admit new ones, refused {refused} new {ones} "
         f"({all_evicted} closed, {all_refused} refused in all)"
     )
 

@@ -13,8 +13,10 @@ import importlib
 import io
 import logging
 import pkgutil
+import re
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -22,7 +24,7 @@ import trio
 import trio.testing
 
 import trio_graceful
-from trio_graceful._core._log import escape_surrogates, library_logger
+from trio_graceful._core._log import escape_surrogates, library_logger, plural
 from trio_graceful.jobs._records import JobRecord
 from trio_graceful.jobs._traceback import report_failure
 
@@ -125,3 +127,55 @@ def test_the_runner_logs_a_failure_and_a_system_exit_with_lone_surrogates(
     assert f"RuntimeError: no config at /etc/{ESCAPED}\n" in lines
     assert f"ERROR bad argument {ESCAPED}\n" in lines
     assert "Logging error" not in capsys.readouterr().err
+
+
+# -- counts ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("count", "noun", "plural_form", "text"),
+    [
+        (0, "connection", None, "0 connections"),
+        (1, "connection", None, "1 connection"),
+        (2, "connection", None, "2 connections"),
+        (1, "child", "children", "1 child"),
+        (3, "child", "children", "3 children"),
+        (-1, "job", None, "-1 jobs"),
+    ],
+)
+def test_plural_says_a_count_with_its_noun(
+    count: int, noun: str, plural_form: str | None, text: str
+) -> None:
+    assert plural(count, noun, plural_form) == text
+
+
+def test_no_message_of_the_library_puts_a_plural_noun_after_a_bare_count() -> None:
+    # "%d connections" reads "1 connections"; plural() says it right.
+    root = Path(trio_graceful.__file__).parent
+    bare = re.compile(r"(%d|\{[^{}]*\}) (?!(is|was|has|needs)\b)[a-z]+s\b")
+    constant = "{MAX_DEPTH} levels"  # a constant, never 1
+    found = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line) and ('"' in line or "'" in line) and constant not in line
+    ]
+    assert found == []
+
+
+async def test_a_bundles_progress_and_a_programs_status_count_in_the_singular() -> None:
+    status = trio_graceful.ProgramStatus(
+        name="main",
+        state=trio_graceful.LifecycleState.SHUTTING_DOWN,
+        reason="SIGTERM",
+        ready=False,
+        live=True,
+        drain_delay_left=None,
+        grace_left=2.0,
+        forced=False,
+        tasks_running=1,
+        services_running=("db",),
+    )
+    assert status.describe() == (
+        "shutting down: waiting for 1 task and 1 service, 2.0 s of grace left"
+    )

@@ -75,7 +75,8 @@ def test_main_returning_exits_with_0(caplog):
     assert run(main, 1, 2) == 0
     assert timeline.events == [(0, "main(1, 2), ready")]
     assert stage_lines(caplog) == [
-        ("INFO", "shutting down (grace 10 s): main returned")
+        ("INFO", "shutting down (grace 10 s): main returned"),
+        ("INFO", "exiting with status 0"),
     ]
 
 
@@ -137,7 +138,10 @@ def test_first_signal_sends_stop_and_waits(caplog, signum, status):
     assert run(main) == status
     assert timeline.events == [(5, "got STOP, shutting down"), (8, "cleaned up")]
     name = signal.Signals(signum).name
-    assert stage_lines(caplog) == [("WARNING", f"{name}: shutting down (grace 10 s)")]
+    assert stage_lines(caplog) == [
+        ("WARNING", f"{name}: shutting down (grace 10 s)"),
+        ("INFO", f"exiting with status {status}: {name}"),
+    ]
 
 
 def test_a_signal_is_never_a_keyboard_interrupt():
@@ -345,7 +349,10 @@ def test_signal_before_main_started_ends_the_program_without_it(caplog):
 
     assert run(main, clock=SignallingClock()) == 0
     assert started == []
-    assert stage_lines(caplog) == [("WARNING", "SIGTERM: shutting down (grace 10 s)")]
+    assert stage_lines(caplog) == [
+        ("WARNING", "SIGTERM: shutting down (grace 10 s)"),
+        ("INFO", "exiting with status 0: SIGTERM"),
+    ]
     assert [
         r.getMessage() for r in caplog.records if r.name == "trio_graceful.lifecycle"
     ] == [
@@ -666,9 +673,13 @@ def test_a_failing_start_rolls_back_in_reverse_and_exits_1(caplog):
         (2, "cache stopped"),
         (2, "config closed"),
     ]
-    # One line says what failed; the traceback is at DEBUG, and so is the
-    # rollback, whose lines would bury it.
-    (failure,) = [r for r in caplog.records if r.levelno >= logging.INFO]
+    # One line says what failed, and the last the status; the traceback is
+    # at DEBUG, and so is the rollback, whose lines would bury it.
+    failure, last = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert (last.levelno, last.getMessage()) == (
+        logging.INFO,
+        "exiting with status 1: startup failed",
+    )
     assert failure.levelno == logging.ERROR
     assert failure.getMessage() == "startup failed: ConnectionError: no database"
     assert failure.exc_info is None

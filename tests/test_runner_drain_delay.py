@@ -82,6 +82,7 @@ def test_a_signal_withdraws_a_ready_program_then_stop_comes_after_the_delay(capl
             "then shutting down (grace 10 s)",
         ),
         ("INFO", "shutting down (grace 10 s): SIGTERM, after the drain delay"),
+        ("INFO", "exiting with status 0: SIGTERM"),
     ]
 
 
@@ -262,7 +263,7 @@ def test_describe_says_what_a_person_wants_to_know():
         )  # type: ignore[arg-type]
     )
     assert draining.describe() == (
-        "shutting down: waiting for 3 tasks and 1 services, 4.0 s of grace left"
+        "shutting down: waiting for 3 tasks and 1 service, 4.0 s of grace left"
     )
 
 

@@ -93,13 +93,13 @@ def test_the_health_endpoint_through_every_stage():
         (
             "withdrawn /readyz",
             503,
-            "not ready: withdrawn: serving 5.0 s more, 1 tasks running\n",
+            "not ready: withdrawn: serving 5.0 s more, 1 task running\n",
         ),
         ("shutting down /livez", 200, "live\n"),
         (
             "shutting down /readyz",
             503,
-            "not ready: shutting down: waiting for 1 tasks and 1 services, "
+            "not ready: shutting down: waiting for 1 task and 1 service, "
             "10.0 s of grace left\n",
         ),
     ]
@@ -201,19 +201,18 @@ def test_systemd_hears_ready_stopping_and_the_drains_progress(manager):
     # The variable is not passed on to the processes the program starts.
     assert "NOTIFY_SOCKET" not in os.environ
     assert received(manager) == [
-        "STOPPING=1\nSTATUS=withdrawn: serving 1.5 s more, 1 tasks running",
+        "STOPPING=1\nSTATUS=withdrawn: serving 1.5 s more, 1 task running",
         # every second while leaving: the time left up to the watchdog's bound
         "EXTEND_TIMEOUT_USEC=14500000\n"
-        "STATUS=withdrawn: serving 1.5 s more, 1 tasks running",
+        "STATUS=withdrawn: serving 1.5 s more, 1 task running",
         "EXTEND_TIMEOUT_USEC=13500000\n"
-        "STATUS=withdrawn: serving 0.5 s more, 1 tasks running",
-        "STATUS=shutting down: waiting for 1 tasks and 0 services, "
-        "10.0 s of grace left",
+        "STATUS=withdrawn: serving 0.5 s more, 1 task running",
+        "STATUS=shutting down: waiting for 1 task and 0 services, 10.0 s of grace left",
         "EXTEND_TIMEOUT_USEC=12500000\n"
-        "STATUS=shutting down: waiting for 1 tasks and 0 services, "
+        "STATUS=shutting down: waiting for 1 task and 0 services, "
         "9.5 s of grace left",
         "EXTEND_TIMEOUT_USEC=11500000\n"
-        "STATUS=shutting down: waiting for 1 tasks and 0 services, "
+        "STATUS=shutting down: waiting for 1 task and 0 services, "
         "8.5 s of grace left",
     ]
 

@@ -112,7 +112,35 @@ def test_an_inherited_ignored_sigint_stays_ignored(tmp_path):
     os.kill(process.pid, signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0
-    assert stderr.decode() == "SIGTERM: shutting down (grace 10 s)\n"
+    assert stderr.decode() == (
+        "SIGINT was ignored by the parent process (as for 'prog &' in a "
+        "script): Ctrl+C will not stop this program, since the run leaves "
+        "SIGINT ignored, as Python does; install a handler for it before "
+        "run() to handle it\n"
+        "SIGTERM: shutting down (grace 10 s)\n"
+    )
+
+
+def test_an_inherited_ignored_sigterm_is_said_and_stays_ignored(tmp_path):
+    script = write(tmp_path, IGNORES)
+    # A parent that ignores SIGTERM and execs the program, which inherits it.
+    parent = (
+        "import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "os.execv(sys.executable, [sys.executable, sys.argv[1]])"
+    )
+    process = popen([sys.executable, "-c", parent, str(script)])
+    assert process.stdout is not None
+    assert process.stdout.readline() == b"ready\n"
+    os.kill(process.pid, signal.SIGTERM)
+    os.kill(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert stderr.decode() == (
+        "SIGTERM was ignored by the parent process: SIGTERM will not stop "
+        "this program, since the run leaves SIGTERM ignored, as Python does; "
+        "install a handler for it before run() to handle it\n"
+        "SIGINT: shutting down (grace 10 s)\n"
+    )
 
 
 STUCK = """

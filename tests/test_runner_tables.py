@@ -18,7 +18,7 @@ from hypothesis import given, strategies as st
 
 from trio_graceful import ExitCodes, Lifecycle, LifecycleState
 from trio_graceful._run._escalation import ESCALATION, Escalation, Observer, Step
-from trio_graceful._run._exitcodes import Ending, exit_status
+from trio_graceful._run._exitcodes import Ending, exit_reason, exit_status
 from trio_graceful._run._gcdeferral import NO_FULL_COLLECTIONS, GcHold
 from trio_graceful._run._lifecycle import Event
 from trio_graceful._run._stages import (
@@ -274,6 +274,28 @@ EXIT_STATUS_TABLE = [
 @pytest.mark.parametrize(("codes", "ending", "status"), EXIT_STATUS_TABLE)
 def test_exit_status(codes, ending, status):
     assert exit_status(codes, ending) == status
+
+
+EXIT_REASON_TABLE = [
+    (Ending(), None),
+    (Ending(failure="error"), "error"),
+    (Ending(failure="startup", first_signal=INT), "startup failed"),
+    (Ending(system_exit=(3,), first_signal=INT), "SystemExit(3)"),
+    (Ending(system_exit=("usage",)), "SystemExit('usage')"),
+    (Ending(first_signal=TERM), "SIGTERM"),
+    (Ending(first_signal=INT), "SIGINT"),
+    (
+        Ending(first_signal=TERM, forced_by="grace"),
+        "SIGTERM, forced when the grace ran out",
+    ),
+    (Ending(first_signal=INT, forced_by="signal"), "SIGINT, forced by another signal"),
+    (Ending(forced_by="grace"), "the grace ran out"),
+]
+
+
+@pytest.mark.parametrize(("ending", "reason"), EXIT_REASON_TABLE)
+def test_exit_reason_names_what_the_status_was_chosen_from(ending, reason):
+    assert exit_reason(ending) == reason
 
 
 # -- the collector's deferral ---------------------------------------------------------

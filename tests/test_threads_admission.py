@@ -52,7 +52,10 @@ def test_gate_admits_up_to_its_quota_then_refuses_and_recovers():
         )
         with pytest.raises(
             BusyError,
-            match=r"^admission gate 'request_task' is busy: all 2 places are in use$",
+            match=(
+                r"^admission gate 'request_task' is busy: "
+                r"every place is in use \(2 places\)$"
+            ),
         ):
             gate.acquire_nowait()
         # A refusal changes nothing but the count.
@@ -70,7 +73,7 @@ def test_busy_error_is_would_block_and_names_an_unnamed_gate():
     with gate, pytest.raises(trio.WouldBlock) as info:
         gate.acquire_nowait()
     assert type(info.value) is BusyError
-    assert str(info.value) == "admission gate is busy: all 1 places are in use"
+    assert str(info.value) == "admission gate is busy: every place is in use (1 place)"
 
 
 def test_gate_release_without_acquire_is_refused():
@@ -130,7 +133,7 @@ async def test_refused_call_takes_no_token_and_the_gate_recovers(mock_clock):
         bundle.start_soon(endpoint, block_until(release))
         await trio.testing.wait_all_tasks_blocked()
         assert refused == [
-            "admission gate 'request_task' is busy: all 2 places are in use"
+            "admission gate 'request_task' is busy: every place is in use (2 places)"
         ]
         assert budget.statistics().threads_running == 2
         assert budget.statistics().tasks_waiting == 0

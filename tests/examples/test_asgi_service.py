@@ -237,7 +237,7 @@ async def test_cut_off_ends_what_would_outlast_the_grace() -> None:
     # the cut-off: only the work was running then.
     assert 1 < check_stream(stream) < 1000
     await service.wait_for(
-        r"cut-off: 1 connections open, 1 requests running, ending them: GET /work$"
+        r"cut-off: 1 connection open, 1 request running, ending them: GET /work$"
     )
     service.check_graceful_exit(status)
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import random
+import re
 import subprocess
 import sys
 
 import pytest
+import trio
+import trio.testing
 
 from tests.examples_loader import EXAMPLES, load_example
 
@@ -158,3 +162,68 @@ def test_examples_run_as_scripts(name):
 
 def test_there_are_six():
     assert len(ESSAY) == 6
+
+
+# -- the printed order -----------------------------------------------------------------
+
+
+def printed(name: str) -> list[str]:
+    example = load_example(name)
+    timeline = trio.run(
+        example.main, clock=trio.testing.MockClock(autojump_threshold=0)
+    )
+    return timeline.lines()
+
+
+@pytest.mark.parametrize("name", ESSAY)
+def test_a_timeline_prints_in_the_same_order_whatever_the_scheduler_did(name):
+    # Trio runs the tasks that are ready together in a random order, so the
+    # events of one instant are recorded in varying orders from run to run.
+    first = printed(name)
+    for _ in range(20):
+        assert printed(name) == first
+
+
+def test_events_of_one_instant_print_by_pass_then_who_and_what():
+    async def main() -> list[list[str]]:
+        support = load_example("essay_support")
+        recorded = [
+            (0.0, 1, "worker", "b"),
+            (60.0, 7, "main", "shutdown"),
+            (60.0, 9, "worker", "STOP"),  # woken by main: a later pass
+            (60.0, 9, "client", "sent"),
+            (60.0, 9, "client", "got"),
+            (70.0, 12, "main", "returned"),
+        ]
+        outputs = []
+        rng = random.Random(0)
+        for _ in range(50):
+            order = rng.sample(recorded, len(recorded))
+            timeline = support.Timeline()
+            timeline.events = [(at, who, what) for at, _, who, what in order]
+            timeline.passes = [step for _, step, _, _ in order]
+            outputs.append(timeline.lines())
+        return outputs
+
+    outputs = trio.run(main)
+    assert outputs[0] == [
+        "   0.00 s  worker   b",
+        "  60.00 s  main     shutdown",
+        "  60.00 s  client   got",
+        "  60.00 s  client   sent",
+        "  60.00 s  worker   STOP",
+        "  70.00 s  main     returned",
+    ]
+    assert all(output == outputs[0] for output in outputs)
+
+
+def test_the_tutorials_timelines_are_what_the_examples_print():
+    tutorial = (EXAMPLES.parent / "docs" / "tutorial.rst").read_text()
+    blocks = [
+        [line[4:] for line in block.splitlines() if line.strip()]
+        for block in re.findall(r"::\n\n((?:      +\d+\.\d\d s  .*\n)+)", tutorial)
+    ]
+    outputs = [printed(name) for name in ESSAY]
+    assert len(blocks) == 4
+    for block in blocks:
+        assert block in outputs

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 import trio
-from typing_extensions import assert_type
+from typing_extensions import Never, assert_type
 
 from trio_graceful import (
     Bundle,
@@ -22,6 +22,7 @@ from trio_graceful import (
     RunArguments,
     Runner,
     StdinLines,
+    StopType,
     add_run_arguments,
     current_runner,
     open_stdin_lines,
@@ -45,6 +46,27 @@ async def cache(
     await inbox.receive()
 
 
+async def ready(
+    inbox: InboxReceiver[Never],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    task_status.started()
+    assert_type(await inbox.receive(), StopType)
+
+
+async def pair(
+    inbox: InboxReceiver[object],
+    number: int,
+    text: str,
+    ratio: float,
+    *,
+    task_status: trio.TaskStatus[tuple[int, str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    task_status.started((number, text))
+    await inbox.receive()
+
+
 # task_status has Trio's usual default, so that main fits run()'s signature.
 async def main(
     path: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -56,7 +78,13 @@ async def main(
     assert_type(runner.lifecycle.state, LifecycleState)
     database = await runner.enter_resource(open_database(path), name="db")
     assert_type(database, dict[str, int])
-    await runner.start_service(cache, 10, name="cache")
+    # start_service returns what the service's task_status.started() takes.
+    assert_type(await runner.start_service(cache, 10, name="cache"), str)
+    assert_type(await runner.start_service(ready), None)
+    assert_type(await runner.start_service(pair, 1, "a", 2.0), tuple[int, str])
+    # Not Any: a wrong use of the result, or a wrong argument, is an error.
+    (await runner.start_service(cache, 10)).bit_length()  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
+    await runner.start_service(cache, "ten")  # type: ignore[misc]  # pyright: ignore[reportArgumentType]
     await runner.lifecycle.wait_state(LifecycleState.READY)
     runner.request_shutdown("done")
     async with open_stdin_lines() as lines:

@@ -16,6 +16,7 @@ from typing import final
 import attrs
 import trio
 
+from .._core._log import plural
 from .._core._util import check_name
 
 
@@ -148,7 +149,8 @@ class AdmissionGate:
             self._rejected_total += 1
             name = "" if self._name is None else f" {self._name!r}"
             raise BusyError(
-                f"admission gate{name} is busy: all {self._quota} places are in use"
+                f"admission gate{name} is busy: every place is in use "
+                f"({plural(self._quota, 'place')})"
             )
         self._in_use += 1
         self._admitted_total += 1

@@ -39,9 +39,11 @@ from ._util import NoPublicConstructor, check_seconds
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from typing_extensions import TypeVarTuple, Unpack
+    from typing_extensions import Never, TypeVar, TypeVarTuple, Unpack
 
     PosArgT = TypeVarTuple("PosArgT")
+    # An inbox's message type, when its variables name none: STOP only.
+    MessageT = TypeVar("MessageT", default=Never)
 
 #: The grace of `Bundle.cancel` and `Bundle.shutdown` when none is given.
 DEFAULT_GRACE: Final = 10.0
@@ -313,12 +315,13 @@ class Bundle(metaclass=NoPublicConstructor):
 
     def open_inbox(
         self, max_buffer_size: int | float = 0, *, stop_first: bool = False
-    ) -> tuple[InboxSender[Any], InboxReceiver[Any]]:
+    ) -> tuple[InboxSender[MessageT], InboxReceiver[MessageT]]:
         """Open an inbox that `shutdown` will stop. Not a checkpoint.
 
         Give the receiver to a child; `shutdown` queues `STOP` on it behind
-        the messages already sent. Annotate the two variables to fix the
-        message type: ``tx: InboxSender[Job]``.
+        the messages already sent. Declare the two variables to give the
+        message type (``tx: InboxSender[Job]``, ``rx: InboxReceiver[Job]``);
+        without them it is `typing.Never`: STOP only, nothing can be sent.
 
         Args:
             max_buffer_size (int or math.inf): As for `open_inbox`.

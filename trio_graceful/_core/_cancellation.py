@@ -26,7 +26,7 @@ import weakref
 import attrs
 import trio
 
-from ._log import logger
+from ._log import logger, plural
 from ._report import CancelReport, ChildEnd, ChildOutcome
 from ._topology import TwoLevelNursery, is_cancellation
 from ._trace import TraceKind, emit, tracing
@@ -276,10 +276,9 @@ class Cancellation:
         left = self.deadline - now
         logger.log(
             level,
-            "bundle %r: waiting for %d %s, %s of grace left",
+            "bundle %r: waiting for %s, %s of grace left",
             self._path,
-            live,
-            "child" if live == 1 else "children",
+            plural(live, "child", "children"),
             f"{left:.1f} s" if left > 0 else "none",
         )
 

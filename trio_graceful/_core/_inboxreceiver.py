@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     PosArgT = TypeVarTuple("PosArgT")
 
-T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 R = TypeVar("R")
 U = TypeVar("U")
 
@@ -40,7 +40,7 @@ _NONE = StopPosition.NONE
 @final
 @attrs.define(eq=False, repr=False)
 class InboxReceiver(
-    trio.abc.ReceiveChannel[T | StopType], metaclass=NoPublicConstructor
+    trio.abc.ReceiveChannel[T_co | StopType], metaclass=NoPublicConstructor
 ):
     """The receive side of an inbox: a `trio.MemoryReceiveChannel` that yields `STOP`.
 
@@ -59,7 +59,7 @@ class InboxReceiver(
     takes all of those queued at once.
     """
 
-    _state: InboxState[T]
+    _state: InboxState[T_co]
     _me: Endpoint
 
     def __attrs_post_init__(self) -> None:
@@ -80,7 +80,7 @@ class InboxReceiver(
         return self._state.statistics()
 
     @trio.lowlevel.enable_ki_protection
-    def receive_nowait(self) -> T | StopType:
+    def receive_nowait(self) -> T_co | StopType:
         """Return the next message, or `STOP`, without blocking. Not a checkpoint.
 
         Raises:
@@ -123,7 +123,7 @@ class InboxReceiver(
         return STOP
 
     @trio.lowlevel.enable_ki_protection
-    async def receive(self) -> T | StopType:
+    async def receive(self) -> T_co | StopType:
         """Return the next message, or `STOP`, waiting until there is one.
 
         This is a checkpoint. Several tasks may receive at once; the first to
@@ -153,11 +153,11 @@ class InboxReceiver(
             del state.receive_tasks[task]
             return trio.lowlevel.Abort.SUCCEEDED
 
-        received: T | StopType = await trio.lowlevel.wait_task_rescheduled(abort_fn)
+        received: T_co | StopType = await trio.lowlevel.wait_task_rescheduled(abort_fn)
         return received
 
     @trio.lowlevel.enable_ki_protection
-    def drain_nowait(self) -> list[T]:
+    def drain_nowait(self) -> list[T_co]:
         """Take every message queued now, up to STOP, without blocking.
 
         Returns the messages in the buffer and the values of the tasks blocked
@@ -177,10 +177,10 @@ class InboxReceiver(
         if self._me.closed:
             raise trio.ClosedResourceError
         state, me = self._state, self._me
-        messages: list[T] = []
+        messages: list[T_co] = []
         while (state.data or state.send_tasks) and not state.stop_is_next(me):
             # not STOP, which is not next
-            messages.append(cast("T", self.receive_nowait()))
+            messages.append(cast("T_co", self.receive_nowait()))
         return messages
 
     async def until_stop(
@@ -273,7 +273,7 @@ class InboxReceiver(
         return _UntilStop(self, source)
 
     @trio.lowlevel.enable_ki_protection
-    def clone(self) -> InboxReceiver[T]:
+    def clone(self) -> InboxReceiver[T_co]:
         """Return a new receiver for the same inbox. Not a checkpoint.
 
         Messages are shared out between clones as in Trio; STOP is not: every
@@ -302,7 +302,7 @@ class InboxReceiver(
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> T:
+    async def __anext__(self) -> T_co:
         """Return the next message; end the iteration at STOP or end-of-channel."""
         try:
             value = await self.receive()

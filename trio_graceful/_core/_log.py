@@ -36,6 +36,17 @@ def escape_surrogates(text: str) -> str:
     return text
 
 
+def plural(count: int, noun: str, plural: str | None = None) -> str:
+    """Return ``count`` with ``noun``, in the plural unless ``count`` is 1.
+
+    ``plural(1, "connection")`` is ``1 connection``, ``plural(0,
+    "connection")`` ``0 connections``; ``plural`` gives an irregular plural
+    (``plural(2, "child", "children")``). Every message of the library that
+    counts something says it this way. Not a checkpoint.
+    """
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def one_line(exc: BaseException) -> str:
     """Return ``exc`` as the last line of its traceback says it, on one line.
 

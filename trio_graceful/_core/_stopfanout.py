@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -20,6 +20,8 @@ from ._inbox import InboxReceiver, InboxSender, InboxState, open_inbox_with_stat
 from ._log import logger
 from ._paths import enclosing_bundle_path, task_path
 from ._trace import TraceKind, emit, tracing
+
+T = TypeVar("T")
 
 
 @attrs.define(eq=False)
@@ -49,15 +51,15 @@ class StopFanout:
 
     def open_inbox(
         self, max_buffer_size: int | float, *, stop_first: bool, owner: str
-    ) -> tuple[InboxSender[Any], InboxReceiver[Any]]:
+    ) -> tuple[InboxSender[T], InboxReceiver[T]]:
         """Open an inbox that gets STOP when `stop` is called (at once if it was).
 
         The arguments are those of `Bundle.open_inbox`, and the path of the
         bundle that owns the inbox.
         """
-        sender: InboxSender[Any]
-        receiver: InboxReceiver[Any]
-        state: InboxState[Any]
+        sender: InboxSender[T]
+        receiver: InboxReceiver[T]
+        state: InboxState[T]
         sender, receiver, state = open_inbox_with_state(
             max_buffer_size, stop_first=stop_first
         )

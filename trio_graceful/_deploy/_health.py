@@ -46,7 +46,7 @@ import trio
 
 from .._children._admission import check_positive_int
 from .._core._inboxreceiver import InboxReceiver
-from .._core._log import library_logger
+from .._core._log import library_logger, plural
 from .._core._util import NoPublicConstructor
 
 logger = library_logger("trio_graceful.health")
@@ -189,12 +189,12 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
             return
         self._reported = (self._refused, self._evicted)
         logger.warning(
-            "health endpoint at max_connections=%d: closed %d connections "
-            "waiting for a request to admit new ones, refused %d new ones "
+            "health endpoint at max_connections=%d: closed %s "
+            "waiting for a request to admit new ones, refused %s "
             "(%d closed, %d refused in all)",
             self._max_connections,
-            self._evicted - evicted,
-            self._refused - refused,
+            plural(self._evicted - evicted, "connection"),
+            plural(self._refused - refused, "new one"),
             self._evicted,
             self._refused,
         )

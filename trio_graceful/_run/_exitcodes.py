@@ -8,7 +8,7 @@ from typing import Literal, cast
 
 import attrs
 
-from .._core._util import check_signal
+from .._core._util import check_signal, signal_name
 
 
 def _check_status(
@@ -160,3 +160,24 @@ def exit_status(codes: ExitCodes, ending: Ending) -> int:
             grace_ran_out=ending.forced_by == "grace",
         )
     return codes.ok
+
+
+def exit_reason(ending: Ending) -> str | None:
+    """Why a run that ended as ``ending`` exits, for the log; None for no reason.
+
+    It names what `exit_status` chose the status from: ``startup failed``,
+    ``error``, ``SystemExit(3)``, the first signal (and what forced the
+    shutdown); None when ``main`` returned by itself.
+    """
+    if ending.failure is not None:
+        return "startup failed" if ending.failure == "startup" else "error"
+    if ending.system_exit is not None:
+        return f"SystemExit({ending.system_exit[0]!r})"
+    if ending.first_signal is not None:
+        name = signal_name(ending.first_signal)
+        if ending.forced_by == "grace":
+            return f"{name}, forced when the grace ran out"
+        if ending.forced_by == "signal":
+            return f"{name}, forced by another signal"
+        return name
+    return "the grace ran out" if ending.forced_by == "grace" else None

@@ -15,7 +15,7 @@ import trio
 
 from .._core._log import library_logger
 from .._core._util import as_group, first_leaf
-from ._exitcodes import Ending, ExitCodes, exit_status
+from ._exitcodes import Ending, ExitCodes, exit_reason, exit_status
 
 logger = library_logger("trio_graceful.runner")
 
@@ -80,8 +80,11 @@ class Outcome:
         *,
         first_signal: int | None,
         forced_by: Literal["grace", "signal"] | None,
-    ) -> int:
-        """The run's exit status; logs the message of a ``SystemExit("message")``."""
+    ) -> tuple[int, str]:
+        """The run's exit status, and the line that says it and why (`exit_reason`).
+
+        Logs the message of a ``SystemExit("message")``.
+        """
         code = self._system_exit[0] if self._system_exit is not None else None
         if self._failure is None and not (code is None or isinstance(code, int)):
             logger.error("%s", code)  # as Python prints SystemExit("message")
@@ -91,4 +94,6 @@ class Outcome:
             first_signal=first_signal,
             forced_by=forced_by,
         )
-        return exit_status(self._exit_codes, ending)
+        status, reason = exit_status(self._exit_codes, ending), exit_reason(ending)
+        why = "" if reason is None else f": {reason}"
+        return status, f"exiting with status {status}{why}"

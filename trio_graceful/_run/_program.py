@@ -56,7 +56,7 @@ from ._programstatus import ProgramStatus
 from ._runoptions import RunSettings
 from ._services import ServiceStack
 from ._shutdown import Shutdown, ShutdownHooks
-from ._signals import SignalRelay
+from ._signals import SignalRelay, ignored_warning
 from ._stages import Move, Stage, Stages
 from ._watchdog import Watchdog
 
@@ -164,6 +164,7 @@ class Program:
         self._services: ServiceStack | None = None
         self._outcome = Outcome(options.exit_codes)
         self._exit_code: int | None = None
+        self._exit_line = ""
 
     # -- what the runner reads -------------------------------------------------------
 
@@ -219,6 +220,8 @@ class Program:
             # Reaping orphans here (waitpid(-1)) would take the exit
             # statuses that Trio waits for: that is an init's job.
             logger.warning("%s", PID_1_WARNING)
+        for signum in self.relay.ignored:
+            logger.warning("%s", ignored_warning(signum))
         self.watchdog.show_internals = show_internals()
         self.watchdog.start()
         try:
@@ -243,6 +246,9 @@ class Program:
             self.watchdog.stop()
             self._gc.release()
         assert self._exit_code is not None
+        # The run's last line. The process exits with this status unless a
+        # later line says otherwise (an emergency exit, a signal after the run).
+        logger.info("%s", self._exit_line)
         return self._exit_code
 
     async def _root_task(self) -> None:
@@ -271,7 +277,7 @@ class Program:
                 await self._run_root_bundle(control)
                 self._stages.move(Move.ROOT_CLOSED)
                 root_closed.set()
-        self._exit_code = self._exit_status()
+        self._exit_code, self._exit_line = self._exit_status()
         self._stages.terminate(f"exit status {self._exit_code}")
 
     async def _run_services(
@@ -408,7 +414,7 @@ class Program:
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _exit_status(self) -> int:
+    def _exit_status(self) -> tuple[int, str]:
         forced_by: Literal["grace", "signal"] | None = None
         if self._stages.forced:
             forced_by = "signal" if self.escalation.level >= 2 else "grace"

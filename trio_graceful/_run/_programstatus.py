@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import attrs
 
+from .._core._log import plural
 from ._lifecycle import LifecycleState
 
 
@@ -53,7 +54,7 @@ class ProgramStatus:
         if self.drain_delay_left is not None:
             return (
                 f"{self.state.value}: serving {self.drain_delay_left:.1f} s more, "
-                f"{self.tasks_running} tasks running"
+                f"{plural(self.tasks_running, 'task')} running"
             )
         if self.state is LifecycleState.SHUTTING_DOWN:
             left = (
@@ -64,8 +65,9 @@ class ProgramStatus:
             if self.forced:
                 left = "forced"
             return (
-                f"{self.state.value}: waiting for {self.tasks_running} tasks and "
-                f"{len(self.services_running)} services, {left}"
+                f"{self.state.value}: waiting for "
+                f"{plural(self.tasks_running, 'task')} and "
+                f"{plural(len(self.services_running), 'service')}, {left}"
             )
         return f"{self.state.value}" + (f" ({self.reason})" if self.reason else "")
 

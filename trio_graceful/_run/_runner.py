@@ -12,7 +12,7 @@ import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Collection
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, final, overload
 
 import attrs
 import trio
@@ -28,7 +28,13 @@ from ._runoptions import DEFAULT_OPTIONS, RunOptions, settle
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
 
+    from ._services import Service0, Service1, Service2, Service3
+
     PosArgT = TypeVarTuple("PosArgT")
+    StatusT = TypeVar("StatusT")
+    A1 = TypeVar("A1")
+    A2 = TypeVar("A2")
+    A3 = TypeVar("A3")
 
 T = TypeVar("T")
 
@@ -159,9 +165,39 @@ class Runner(metaclass=NoPublicConstructor):
                 f"trio.from_thread.run_sync(runner.{method})"
             )
 
+    @overload
+    async def start_service(
+        self, async_fn: Service0[StatusT], /, *, name: str | None = None
+    ) -> StatusT: ...
+    @overload
+    async def start_service(
+        self, async_fn: Service1[A1, StatusT], a1: A1, /, *, name: str | None = None
+    ) -> StatusT: ...
+    @overload
+    async def start_service(
+        self,
+        async_fn: Service2[A1, A2, StatusT],
+        a1: A1,
+        a2: A2,
+        /,
+        *,
+        name: str | None = None,
+    ) -> StatusT: ...
+    @overload
+    async def start_service(
+        self,
+        async_fn: Service3[A1, A2, A3, StatusT],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        *,
+        name: str | None = None,
+    ) -> StatusT: ...
     async def start_service(
         self,
         async_fn: Callable[..., Awaitable[object]],
+        /,
         *args: object,
         name: str | None = None,
     ) -> Any:
@@ -187,7 +223,11 @@ class Runner(metaclass=NoPublicConstructor):
                 function's qualified name.
 
         Returns:
-            What the service passed to ``task_status.started()``.
+            What the service passed to ``task_status.started()``, typed as
+            its ``task_status: trio.TaskStatus[T]`` says. Type checkers check
+            up to three arguments after the inbox; pass more with
+            `functools.partial` (pyright still infers the result; mypy's
+            partial gives Any).
 
         Raises:
             RuntimeError: if the shutdown has begun.
@@ -271,7 +311,7 @@ def run(
     after `run` returned is not cut short, and gets its previous handlers
     back once the stop time is over (see :doc:`runner`). A signal the
     process ignores when `run` starts (an inherited ``SIG_IGN``) stays
-    ignored. During the
+    ignored, and a warning at startup says so. During the
     shutdown the garbage collector's full collections are put off and, once
     the shutdown is forced, the collector is paused; both are undone when the
     last run that needed them returns.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, final
 
 import attrs
 import trio
@@ -33,6 +33,62 @@ from .._core._util import ForwardingTaskStatus, check_name
 logger = library_logger("trio_graceful.runner")
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from typing_extensions import Never
+
+    StatusT_co = TypeVar("StatusT_co", covariant=True)
+    A1 = TypeVar("A1", contravariant=True)
+    A2 = TypeVar("A2", contravariant=True)
+    A3 = TypeVar("A3", contravariant=True)
+
+    # What `Runner.start_service` accepts, by the number of arguments after
+    # the inbox, so that its result has the type the service passes to
+    # ``task_status.started()``. (A variadic protocol would do for all, but
+    # mypy does not solve one; more arguments go through functools.partial.)
+    # The inbox carries nothing but STOP.
+
+    class Service0(Protocol[StatusT_co]):
+        def __call__(
+            self,
+            inbox: InboxReceiver[Never],
+            /,
+            *,
+            task_status: trio.TaskStatus[StatusT_co],
+        ) -> Awaitable[object]: ...
+
+    class Service1(Protocol[A1, StatusT_co]):
+        def __call__(
+            self,
+            inbox: InboxReceiver[Never],
+            a1: A1,
+            /,
+            *,
+            task_status: trio.TaskStatus[StatusT_co],
+        ) -> Awaitable[object]: ...
+
+    class Service2(Protocol[A1, A2, StatusT_co]):
+        def __call__(
+            self,
+            inbox: InboxReceiver[Never],
+            a1: A1,
+            a2: A2,
+            /,
+            *,
+            task_status: trio.TaskStatus[StatusT_co],
+        ) -> Awaitable[object]: ...
+
+    class Service3(Protocol[A1, A2, A3, StatusT_co]):
+        def __call__(
+            self,
+            inbox: InboxReceiver[Never],
+            a1: A1,
+            a2: A2,
+            a3: A3,
+            /,
+            *,
+            task_status: trio.TaskStatus[StatusT_co],
+        ) -> Awaitable[object]: ...
 
 
 def _name_of(async_fn: Callable[..., object]) -> str:

@@ -11,7 +11,8 @@ after the run (see below).
 A signal that the process ignores (``SIG_IGN``) when `run` starts stays
 ignored, as CPython leaves an inherited ignored SIGINT alone: a program
 started as ``prog &`` by a non-interactive shell is not meant to be stopped
-by the terminal's Ctrl+C.
+by the terminal's Ctrl+C. The run says so at startup (`ignored_warning`), so
+that nobody waits for a Ctrl+C that cannot work.
 
 The handlers also keep Trio from installing its `KeyboardInterrupt` handler.
 
@@ -40,6 +41,8 @@ import signal
 from collections.abc import Callable, Collection, Generator, Mapping
 from types import FrameType
 from typing import Any, final
+
+from .._core._util import signal_name
 
 Keep = Callable[[Mapping[int, Any], list[int]], object]
 """Takes the signals of a run that took one: the previous handlers, the late signals."""
@@ -119,6 +122,19 @@ class SignalRelay:
             self._kept.append(signum)
         else:
             deliver(signum)
+
+
+def ignored_warning(signum: int) -> str:
+    """Say that ``signum`` came ignored from the parent, and stays ignored."""
+    name = signal_name(signum)
+    sigint = signum == signal.SIGINT
+    why = " (as for 'prog &' in a script)" if sigint else ""
+    return (
+        f"{name} was ignored by the parent process{why}: "
+        f"{'Ctrl+C' if sigint else name} will not stop this program, since "
+        f"the run leaves {name} ignored, as Python does; install a handler "
+        "for it before run() to handle it"
+    )
 
 
 @contextlib.contextmanager

@@ -23,6 +23,8 @@ from types import FrameType
 
 import trio
 
+from .._core._log import plural
+
 _ATTEMPTS = 3
 _TRIO_CORE = os.path.join(os.path.dirname(trio.__file__), "_core", "")
 # The whole package, not this module's layer only.
@@ -126,5 +128,4 @@ def format_thread_stacks(*, skip: Collection[int], internals: bool = True) -> st
 
 
 def _hidden_line(pad: str, count: int) -> str:
-    frames = "frame" if count == 1 else "frames"
-    return f"{pad}  ({count} {frames} in trio, trio_graceful)"
+    return f"{pad}  ({plural(count, 'frame')} in trio, trio_graceful)"

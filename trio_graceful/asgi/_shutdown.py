@@ -16,7 +16,7 @@ from collections.abc import Callable
 import trio
 
 from .._core._bundle import Bundle
-from .._core._log import library_logger
+from .._core._log import library_logger, plural
 from .._core._openbundle import current_bundle
 from ._core import ServerCore
 
@@ -52,13 +52,15 @@ async def drain(
     queued = stop_listening()
     await core.context.terminated.set()
     logger.info(
-        "STOP: draining %d connections, %d requests running; cut-off in %s",
-        len(core.connections),
-        sum(len(c.requests) for c in core.connections),
+        "STOP: draining %s, %s running; cut-off in %s",
+        plural(len(core.connections), "connection"),
+        plural(sum(len(c.requests) for c in core.connections), "request"),
         "never" if cut == math.inf else f"{cut - now:.1f} s",
     )
     if queued:
-        logger.info("STOP: %d connections taken from the listeners' queues", queued)
+        logger.info(
+            "STOP: %s taken from the listeners' queues", plural(queued, "connection")
+        )
     for connection in list(core.connections):
         connection.stop()
     with trio.move_on_at(cut):
@@ -66,9 +68,9 @@ async def drain(
     if core.connections:
         running = core.running_requests()
         logger.warning(
-            "cut-off: %d connections open, %d requests running%s",
-            len(core.connections),
-            len(running),
+            "cut-off: %s open, %s running%s",
+            plural(len(core.connections), "connection"),
+            plural(len(running), "request"),
             (", ending them: " + ", ".join(running)) if running else "",
         )
         async with trio.open_nursery() as nursery:
@@ -105,9 +107,9 @@ async def _wait_closed(core: ServerCore, until: float) -> None:
             running = core.running_requests()
             left = until - trio.current_time()
             logger.info(
-                "draining: %d connections open, %d requests running%s%s",
-                len(core.connections),
-                len(running),
+                "draining: %s open, %s running%s%s",
+                plural(len(core.connections), "connection"),
+                plural(len(running), "request"),
                 (": " + ", ".join(running)) if running else "",
                 f"; {left:.1f} s to go" if left < math.inf else "",
             )

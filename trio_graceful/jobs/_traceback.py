@@ -12,7 +12,7 @@ from __future__ import annotations
 import traceback
 from typing import TYPE_CHECKING, Final
 
-from .._core._log import library_logger
+from .._core._log import library_logger, plural
 
 if TYPE_CHECKING:
     from ._records import JobRecord
@@ -32,7 +32,8 @@ def traceback_text(exc: BaseException) -> str:
     if len(text) > HEAD + TAIL:
         left_out = len(text) - HEAD - TAIL
         text = (
-            f"{text[:HEAD]}\n[... {left_out} characters left out ...]\n{text[-TAIL:]}"
+            f"{text[:HEAD]}\n[... {plural(left_out, 'character')} left out ...]\n"
+            f"{text[-TAIL:]}"
         )
     return text
 

@@ -29,7 +29,7 @@ import trio
 
 from .._children._threads import ThreadBudget
 from .._core._inbox import InboxReceiver
-from .._core._log import library_logger
+from .._core._log import library_logger, plural
 from .._core._openbundle import open_bundle
 from .._core._util import check_seconds
 from .._run._lifecycle import Lifecycle
@@ -217,9 +217,9 @@ class Worker:
                 task_status.started(self)
                 await inbox.until_stop(self._claim_forever)
                 logger.info(
-                    "worker %s: draining %d jobs",
+                    "worker %s: draining %s",
                     self.worker_id,
-                    len(self._jobs.running),
+                    plural(len(self._jobs.running), "job"),
                 )
                 self._jobs.drain(self.grace)
             keepers.cancel_scope.cancel(reason="the worker's jobs have ended")
