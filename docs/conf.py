@@ -92,9 +92,13 @@ _EXTERNAL = [
 ]
 nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
-    # Type variables in the signatures (T, U, R, PosArgT): they stand for the
-    # caller's types and have no entry of their own to link to.
-    (r"py:class", r"(trio_graceful(\.\w+)?\._\w+\.)?(T|U|R|PosArgT|P)"),
+    # Type variables in the signatures (T, T_co, MessageT, A1, StatusT...), and the
+    # private protocols of start_service's overloads (Service0 to Service3):
+    # they stand for the caller's types and have no entry of their own.
+    (
+        r"py:class",
+        r"(trio_graceful(\.\w+)?\._\w+\.)?(T|T_co|U|R|PosArgT|P|A\d|MessageT|StatusT|Service\d)",
+    ),
     # Trace.plot's matplotlib Axes and Figure, imported only for type checkers (the
     # plot extra is optional), so autodoc sees the bare name.
     (r"py:class", r"Axes|Figure"),
