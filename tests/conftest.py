@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 from trio_graceful._run import _exitguard
 
 # The PostgreSQL server of the job store tests, for tests/jobs and tests/examples.
-pytest_plugins = ["tests.postgres_fixtures"]
+pytest_plugins = ["tests.support.postgres"]
 
 # Deterministic by default: the same examples on every run and every machine.
 # HYPOTHESIS_PROFILE=explore searches afresh (use it when changing the core).

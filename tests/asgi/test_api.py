@@ -15,8 +15,8 @@ from hypercorn.utils import LifespanFailureError
 
 import trio_graceful
 import trio_graceful.asgi
-from tests.asgi.apps import Log, make_app
-from tests.asgi.support import Receive, Scope, Send, lifespan_only, serving
+from tests.support.asgi_app import Log, make_app
+from tests.support.asgi_server import Receive, Scope, Send, lifespan_only, serving
 
 
 async def _fails_to_serve(

@@ -1,6 +1,6 @@
 """The drain of serve_asgi over HTTP/2, frame by frame, in exact virtual time.
 
-A raw client (tests/asgi/h2_client.py) opens streams with prior knowledge
+A raw client (tests/support/h2_client.py) opens streams with prior knowledge
 on the server's Unix socket and reads every frame, so that a test sees what
 a library client hides: which streams ended, what each GOAWAY named, what
 came after the last one, and whether the connection then ended with a FIN.
@@ -25,8 +25,9 @@ from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 
-from tests.asgi.apps import Log, make_app
-from tests.asgi.h2_client import (
+from tests.support.asgi_app import Log, make_app
+from tests.support.asgi_server import Served, serving
+from tests.support.h2_client import (
     ACK,
     NO_ERROR,
     PREFACE,
@@ -37,7 +38,6 @@ from tests.asgi.h2_client import (
     check_drain,
     encode_frame,
 )
-from tests.asgi.support import Served, serving
 from trio_graceful.asgi._protocols import DrainingH2Protocol
 
 RUNS = 20

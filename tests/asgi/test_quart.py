@@ -42,10 +42,10 @@ from websockets.sync.client import connect as websockets_connect
 
 import trio_graceful
 import trio_graceful.asgi
-from tests.asgi.support import Answer, RawClient, Served, serving
-from tests.examples.wire_clients import open_wire_client
-from tests.examples_loader import EXAMPLES, load_example
-from tests.process_support import PATIENCE, LineReader, running
+from tests.support.asgi_server import Answer, RawClient, Served, serving
+from tests.support.examples import EXAMPLES, load_example
+from tests.support.processes import PATIENCE, LineReader, running
+from tests.support.websocket_clients import open_wire_client
 
 pytestmark = pytest.mark.realtime
 

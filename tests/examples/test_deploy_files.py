@@ -24,7 +24,7 @@ import attrs
 import yaml
 
 import trio_graceful
-from tests.examples_loader import load_example
+from tests.support.examples import load_example
 from trio_graceful._run._budget import WATCHDOG_MARGIN, StopTimes, fit_stop_budget
 
 DEPLOY = Path(__file__).resolve().parent.parent.parent / "docs" / "deploy"

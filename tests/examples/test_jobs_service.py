@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.examples_loader import EXAMPLES, load_example
+from tests.support.examples import EXAMPLES, load_example
 from trio_graceful.jobs import JobEvent, JobRecord, JobState, open_store
 from trio_graceful.jobs._sql import SqlQueries
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.examples_loader import EXAMPLES
-from tests.helpers import StreamLog
+from tests.support.examples import EXAMPLES
+from tests.support.streams import StreamLog
 
 pytestmark = pytest.mark.realtime
 

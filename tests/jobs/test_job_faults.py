@@ -25,15 +25,14 @@ from pathlib import Path
 import pytest
 
 from tests.examples.test_jobs_service import PATIENCE, Service, stop_all
-from trio_graceful.jobs import JobRecord, JobState, StoreError, open_store
-
-from .faults_support import (
+from tests.support.job_faults import (
     assert_each_completed_once,
     log_of,
     own_postgres,
     submit_many,
     wait_all_ended,
 )
+from trio_graceful.jobs import JobRecord, JobState, StoreError, open_store
 
 # Real processes and servers through several waits of up to a minute each
 # (PATIENCE): the whole of one test may take longer than the default timeout

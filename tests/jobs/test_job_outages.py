@@ -24,6 +24,9 @@ import trio.testing
 from hypothesis import given, settings, strategies as st
 
 import trio_graceful
+from tests.jobs.test_job_worker import make_worker, wait_for_state
+from tests.support import jobs as support
+from tests.support.jobs import serving, steps, stubborn
 from trio_graceful import open_inbox
 from trio_graceful._run._lifecycle import LifecycleState
 from trio_graceful.jobs import (
@@ -43,10 +46,6 @@ from trio_graceful.jobs._attempt import (
     AttemptState,
     IllegalAttemptTransitionError,
 )
-
-from . import support
-from .support import serving, steps, stubborn
-from .test_job_worker import make_worker, wait_for_state
 
 S = JobState
 

@@ -17,6 +17,8 @@ import pytest
 import trio
 import trio.testing
 
+from tests.jobs.test_job_worker import wait_for_state
+from tests.support.jobs import serving
 from trio_graceful import current_bundle
 from trio_graceful.jobs import (
     JobContext,
@@ -30,9 +32,6 @@ from trio_graceful.jobs import (
 from trio_graceful.jobs._claims import Claims
 from trio_graceful.jobs._serial import SerialCalls, run_in_thread
 from trio_graceful.jobs._sqlite import SQLiteQueries
-
-from .support import serving
-from .test_job_worker import wait_for_state
 
 S = JobState
 

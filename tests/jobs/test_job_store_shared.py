@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support.jobs import serving
 from trio_graceful.jobs import (
     IllegalJobTransitionError,
     JobContext,
@@ -24,8 +25,6 @@ from trio_graceful.jobs import (
     open_store,
 )
 from trio_graceful.jobs._sql import SqlQueries
-
-from .support import serving
 
 S = JobState
 

@@ -17,11 +17,10 @@ import pytest
 import trio
 import trio.testing
 
+from tests.jobs.test_job_worker import audit, make_worker, wait_for_state
+from tests.support.jobs import mock_store, serving
 from trio_graceful.jobs import JobContext, JobFunction, JobState, JobStore, open_store
 from trio_graceful.jobs._sql import SqlQueries
-
-from .support import mock_store, serving
-from .test_job_worker import audit, make_worker, wait_for_state
 
 S = JobState
 
