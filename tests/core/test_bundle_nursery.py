@@ -181,7 +181,9 @@ async def test_start_soon_rejects_what_is_not_async(autojump_clock):
         assert bundle.statistics().children_running == 0
 
 
-async def test_statistics(autojump_clock):
+async def test_statistics_follow_children_inboxes_and_the_deadline_through_a_cancel(
+    autojump_clock,
+):
     t0 = trio.current_time()
     async with trio.open_nursery() as nursery, open_bundle() as bundle:
         assert bundle.statistics() == BundleStatistics(

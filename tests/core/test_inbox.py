@@ -167,7 +167,7 @@ async def test_closing_an_object_wakes_its_own_waiters(autojump_clock):
         assert await rx.receive() == 5
 
 
-async def test_clones(autojump_clock):
+async def test_clones_share_one_queue_and_close_it_with_the_last_one(autojump_clock):
     tx, rx = open_inbox[int](10)
     tx2 = tx.clone()
     rx2 = rx.clone()
@@ -385,7 +385,7 @@ async def test_stop_errors(autojump_clock):
         tx.stop()
 
 
-async def test_statistics(autojump_clock):
+async def test_statistics_count_stop_as_taking_no_room_until_delivered(autojump_clock):
     tx, rx = open_inbox[int](2)
     tx.send_nowait(1)
     tx.stop()

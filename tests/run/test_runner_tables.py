@@ -178,11 +178,18 @@ def test_forcing_is_kept_to_the_end_and_nothing_leaves_an_end():
 # -- escalation -----------------------------------------------------------------------
 
 
-def test_the_escalation_table():
-    assert dict(ESCALATION) == {
-        "force": (Step.SHUT_DOWN, Step.FORCE, Step.EMERGENCY),
-        "exit": (Step.SHUT_DOWN, Step.EXIT_NOW),
-    }
+@pytest.mark.parametrize(
+    ("mode", "steps"),
+    [
+        ("force", [Step.SHUT_DOWN, Step.FORCE, Step.EMERGENCY]),
+        ("exit", [Step.SHUT_DOWN, Step.EXIT_NOW]),
+    ],
+)
+def test_each_signal_takes_the_next_step_of_its_mode(mode, steps):
+    escalation = Escalation(mode)
+    taken = [escalation.record(Observer.TRIO, signal.SIGINT) for _ in steps]
+    assert taken == [(step,) for step in steps]
+    assert escalation.level == len(steps)
 
 
 def test_a_signal_seen_by_both_observers_counts_once():
