@@ -95,6 +95,12 @@ def process_ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessEnds]:
         yield ends
     finally:
         guard.stand_down()
+        # A signal of this test still on its way to the guard's thread would
+        # be passed on from there, idle now, to whatever handler the next
+        # test has: SIGTERM's default would end the test process.
+        with guard._lock:  # pyright: ignore[reportPrivateUsage]
+            if guard._read_fd != -1:  # pyright: ignore[reportPrivateUsage]
+                guard._read_pipe()  # pyright: ignore[reportPrivateUsage]
     assert ends.checked or not ends.statuses, (
         f"the exit guard would have ended the process with {ends.statuses}"
     )
