@@ -15,7 +15,7 @@ from hypercorn.trio.lifespan import Lifespan
 from hypercorn.typing import ASGISendEvent
 from hypercorn.utils import LifespanFailureError, LifespanTimeoutError
 
-from ._core import ServerCore
+from ._serverstate import ServerState
 
 
 @final
@@ -27,8 +27,8 @@ class AppLifespan(Lifespan):
     kept when the app reports it, and raised by `start` or `shut_down`.
     """
 
-    def __init__(self, core: ServerCore) -> None:
-        super().__init__(core.app, core.config, core.lifespan_state)
+    def __init__(self, state: ServerState) -> None:
+        super().__init__(state.app, state.config, state.lifespan_state)
         self._failure: LifespanFailureError | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
