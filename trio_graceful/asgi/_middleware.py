@@ -10,8 +10,8 @@ shape of Starlette's (the app first, then keyword options), so that
 app by hand.
 """
 
-from __future__ import annotations
-
+# No "from __future__ import annotations": the docs read the types of
+# __init__'s arguments from the class, where string annotations stay unresolved.
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, cast, final
 
