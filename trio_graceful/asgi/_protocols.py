@@ -88,7 +88,7 @@ _CLOSE = (b"connection", b"close")
 _SUBJECT: Final = "an HTTP/2 connection's drain"
 
 
-class DrainState(Protocol):
+class DrainingConnection(Protocol):
     """What a protocol asks its connection about the drain."""
 
     @property
@@ -121,7 +121,7 @@ def _holds_request(data: bytes) -> bool:
 class DrainingH11Protocol(H11Protocol):
     """Hypercorn's HTTP/1.1 protocol, answering what is pipelined at STOP."""
 
-    drain: DrainState
+    drain: DrainingConnection
 
     @property
     def idle(self) -> bool:
@@ -404,7 +404,7 @@ class ServerProtocol:
         client: tuple[str, int] | None,
         server: tuple[str, int] | None,
         send: Callable[[Event], Awaitable[None]],
-        drain: DrainState,
+        drain: DrainingConnection,
         alpn_protocol: str | None,
     ) -> None:
         self._args = (
