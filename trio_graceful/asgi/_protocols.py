@@ -164,13 +164,23 @@ class DrainingH11Protocol(H11Protocol):
         # Upstream, on the stream's StreamClosed:
         #
         #     await self._close_stream()
-        #     if (not self.context.terminated.is_set()
-        #             and our_state is h11.DONE and their_state is h11.DONE):
-        #         try: self.connection.start_next_cycle()
-        #         except h11.LocalProtocolError: await self.send(Closed())
-        #         else: (self.response, self.scope = None), can_read.set(),
-        #               send(Updated(idle=True))
-        #     else: can_read.set(), send(Closed())
+        #     if (
+        #         not self.context.terminated.is_set()
+        #         and self.connection.our_state is h11.DONE
+        #         and self.connection.their_state is h11.DONE
+        #     ):
+        #         try:
+        #             self.connection.start_next_cycle()
+        #         except h11.LocalProtocolError:
+        #             await self.send(Closed())
+        #         else:
+        #             self.response = None
+        #             self.scope = None
+        #             await self.can_read.set()
+        #             await self.send(Updated(idle=True))
+        #     else:
+        #         await self.can_read.set()
+        #         await self.send(Closed())
         #
         # Here the connection is recycled during a drain too, and after the
         # cut-off: a response went out without "Connection: close" only
@@ -289,10 +299,19 @@ class DrainingH2Protocol(H2Protocol):
                 await buffer.close()
 
     async def stream_send(self, event: StreamEvent) -> None:
-        # Upstream's StreamClosed branch: close the stream; if no stream is
-        # open and ``terminated`` is set, close_connection() and flush; then
-        # Updated(idle). Here the connection closes only once drained (see
-        # the class docstring). Upstream wraps its branches in a guard
+        # Upstream's StreamClosed branch:
+        #
+        #     await self._close_stream(event.stream_id)
+        #     idle = len(self.streams) == 0 or all(
+        #         stream.idle for stream in self.streams.values()
+        #     )
+        #     if idle and self.context.terminated.is_set():
+        #         self.connection.close_connection()
+        #         await self._flush()
+        #     await self.send(Updated(idle=idle))
+        #
+        # Here the connection closes only once drained (see the class
+        # docstring). Upstream wraps its branches in a guard
         # against BufferCompleteError, KeyError, priority's
         # MissingStreamError and h2's ProtocolError, which the branches for
         # bodies and pushes can raise; the StreamClosed path here raises
@@ -322,14 +341,26 @@ class DrainingH2Protocol(H2Protocol):
         await super()._create_stream(request)
 
     async def _handle_events(self, events: list[h2.events.Event]) -> None:
-        # Upstream, for a RequestReceived after ``terminated``: reset the
-        # stream with NO_ERROR and set MAX_CONCURRENT_STREAMS to 0, and
-        # pass every other event on. Here, after STOP, a GOAWAY goes out first if
+        # Upstream's branch for a request, in its loop over the events:
+        #
+        #     if isinstance(event, h2.events.RequestReceived):
+        #         if self.context.terminated.is_set():
+        #             self.connection.reset_stream(event.stream_id)
+        #             self.connection.update_settings(
+        #                 {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 0}
+        #             )
+        #         else:
+        #             await self._create_stream(event)
+        #             await self.send(Updated(idle=False))
+        #
+        # that is, after ``terminated``, a reset with NO_ERROR, and every
+        # other event passed on. Here, after STOP, a GOAWAY goes out first if
         # none has yet; a stream above the one it names is reset with
         # REFUSED_STREAM, which tells the client that it was not processed
         # and may be retried, and its other frames are dropped (their data
         # acknowledged, so that the connection's window stays right); the
-        # rest goes to upstream.
+        # rest goes to upstream, which so never sees a request after STOP
+        # (every stream opened since has a higher id than the GOAWAY names).
         if not self.context.terminated.is_set():
             await super()._handle_events(events)
             return
