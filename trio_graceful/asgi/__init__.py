@@ -16,31 +16,31 @@ from typing import TYPE_CHECKING
 from .._exports import lazy_names as _lazy_names
 
 if TYPE_CHECKING:
-    from ._admission import (
-        admission_gate as admission_gate,
-    )
-    from ._core import (
-        AsgiServerStatistics as AsgiServerStatistics,
-    )
-    from ._server import (
-        AsgiServer as AsgiServer,
-        serve_asgi as serve_asgi,
-    )
-    from ._stop import (
+    from ._drain import (
         current_stop_flag as current_stop_flag,
         stop_deadline as stop_deadline,
         stop_requested as stop_requested,
         until_stop as until_stop,
         wait_stop as wait_stop,
     )
-    from ._threads import (
+    from ._middleware import (
+        AdmissionMiddleware as AdmissionMiddleware,
+    )
+    from ._server import (
+        AsgiServer as AsgiServer,
+        serve_asgi as serve_asgi,
+    )
+    from ._serverstate import (
+        AsgiServerStatistics as AsgiServerStatistics,
+    )
+    from ._syncendpoints import (
         sync_to_async as sync_to_async,
     )
 
 __all__ = [
+    "AdmissionMiddleware",
     "AsgiServer",
     "AsgiServerStatistics",
-    "admission_gate",
     "current_stop_flag",
     "serve_asgi",
     "stop_deadline",
@@ -52,17 +52,17 @@ __all__ = [
 
 # Each name is loaded from its module on first use (see trio_graceful._exports).
 _MODULES: dict[str, tuple[str, ...]] = {
-    "._admission": ("admission_gate",),
-    "._core": ("AsgiServerStatistics",),
-    "._server": ("AsgiServer", "serve_asgi"),
-    "._stop": (
+    "._drain": (
         "current_stop_flag",
         "stop_deadline",
         "stop_requested",
         "until_stop",
         "wait_stop",
     ),
-    "._threads": ("sync_to_async",),
+    "._middleware": ("AdmissionMiddleware",),
+    "._server": ("AsgiServer", "serve_asgi"),
+    "._serverstate": ("AsgiServerStatistics",),
+    "._syncendpoints": ("sync_to_async",),
 }
 
 if not TYPE_CHECKING:

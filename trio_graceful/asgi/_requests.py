@@ -1,4 +1,4 @@
-"""The request tasks of one connection: Hypercorn's task group, on a bundle.
+"""The requests of one connection: their tasks, and how a cut-off ends them.
 
 Hypercorn's protocols start the app through a *task group*
 (``spawn_app``) and run their helpers through it (``spawn``: HTTP/2's
@@ -8,16 +8,24 @@ and path (``GET /work``), so that the progress lines, the shutdown report,
 traces and the watchdog's dump of a stuck program name it; the helpers run
 in a plain nursery beside it.
 
+Each request's ``send`` is an `Exchange`: it passes each message on to
+Hypercorn's stream and remembers how far the response got (`Progress`).
+
 At the cut-off (`AppTasks.cut`) the bundle's children are hard-cancelled. A
-request task that was cut off then ends what its app left open (`Exchange.finish`)
-before it unwinds: that takes a few writes, so it runs shielded, but never
-past the hard deadline nor for longer than `FINISH_BUDGET`. A request that
-cannot be cancelled (a thread that cannot be abandoned) has its response
-ended by the connection instead (`AppTasks.end_stuck`).
+request task that was cut off then ends what its app left open
+(`Exchange.finish`) before it unwinds: a response not yet started becomes a
+503 (with ``Connection: close`` if it is the last answer on an HTTP/1.1
+connection), a started one gets its last (empty) body message, which ends a
+chunked response with its terminating chunk, and an accepted WebSocket gets
+CLOSE 1001. That takes a few writes, so it runs shielded, but never past the
+hard deadline nor for longer than `FINISH_BUDGET`. A request that cannot be
+cancelled (a thread that cannot be abandoned) has its response ended by the
+connection instead (`AppTasks.end_stuck`).
 """
 
 from __future__ import annotations
 
+import enum
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast, final
@@ -29,7 +37,7 @@ from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
 
 from .._core._bundle import Bundle
 from .._core._log import library_logger
-from ._exchange import Exchange, Progress
+from .._core._util import NoPublicConstructor
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -40,6 +48,117 @@ logger = library_logger("trio_graceful.asgi")
 # terminating chunk, a CLOSE): a client that reads nothing cannot hold the
 # shutdown, nor a second signal, for longer.
 FINISH_BUDGET = 0.25
+# The Retry-After of a 503 answered at the cut-off.
+RETRY_AFTER = b"1"
+
+
+class Progress(enum.Enum):
+    """How far one request's response got."""
+
+    WAITING = "waiting"  # nothing sent yet
+    STARTED = "started"  # response headers sent (WebSocket: accepted)
+    DONE = "done"  # the last body message sent (WebSocket: CLOSE sent)
+
+
+# Message type -> the progress it makes; a body message is DONE only when it
+# says there is no more body.
+_STEPS: dict[str, Progress] = {
+    "http.response.start": Progress.STARTED,
+    "websocket.accept": Progress.STARTED,
+    "websocket.close": Progress.DONE,
+    "websocket.http.response.start": Progress.STARTED,
+}
+
+
+class Exchange(metaclass=NoPublicConstructor):
+    """The ASGI ``send`` of one request, remembering how far the response got."""
+
+    __slots__ = ("_send", "closed", "kind", "progress")
+
+    def __init__(
+        self, kind: str, send: Callable[[ASGISendEvent | None], Awaitable[None]]
+    ) -> None:
+        self.kind = kind
+        self._send = send
+        self.progress = Progress.WAITING
+        self.closed = False
+
+    async def send(self, message: ASGISendEvent) -> None:
+        """The ``send`` callable the app gets.
+
+        Once the stream is closed (`close_stream`), what the app still sends
+        is dropped: a cut-off has answered for it.
+        """
+        if self.closed:
+            return
+        kind = message["type"]
+        step = _STEPS.get(kind)
+        if step is not None:
+            self.progress = step
+        elif kind in ("http.response.body", "websocket.http.response.body") and not (
+            cast("dict[str, Any]", message).get("more_body", False)
+        ):
+            self.progress = Progress.DONE
+        await self._send(message)
+
+    async def refuse(self) -> None:
+        """Answer 503 with ``Retry-After``.
+
+        During a drain the HTTP/1.1 protocol adds ``Connection: close`` if it
+        is the last answer of its connection; HTTP/2 forbids the header.
+        """
+        start = "http.response.start"
+        body = "http.response.body"
+        if self.kind == "websocket":
+            start = "websocket.http.response.start"
+            body = "websocket.http.response.body"
+        await self.send(
+            cast(
+                "ASGISendEvent",
+                {
+                    "type": start,
+                    "status": 503,
+                    "headers": [
+                        (b"content-length", b"0"),
+                        (b"retry-after", RETRY_AFTER),
+                    ],
+                },
+            )
+        )
+        await self.send(cast("ASGISendEvent", {"type": body, "body": b""}))
+
+    async def finish(self) -> str:
+        """End what the app left open at a cut-off; return what was done.
+
+        Raises:
+            h11.LocalProtocolError: if a response with a ``Content-Length``
+                was cut before all of its body went out; only closing the
+                connection can end it.
+        """
+        if self.progress is Progress.WAITING:
+            await self.refuse()
+            return "refused with 503"
+        if self.kind == "websocket":
+            await self.send(
+                cast(
+                    "ASGISendEvent",
+                    {"type": "websocket.close", "code": 1001, "reason": "shutdown"},
+                )
+            )
+            return "closed with 1001"
+        await self.send(
+            cast(
+                "ASGISendEvent",
+                {"type": "http.response.body", "body": b"", "more_body": False},
+            )
+        )
+        return "response ended"
+
+    async def close_stream(self) -> None:
+        """Tell Hypercorn's stream that the app has finished (``send(None)``), once."""
+        if not self.closed:
+            self.closed = True
+            await self._send(None)
 
 
 class CutOff(Protocol):

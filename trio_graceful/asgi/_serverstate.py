@@ -1,6 +1,6 @@
 """What every connection of one ASGI server shares, and its statistics.
 
-`ServerCore` holds the app and Hypercorn's configuration, the worker context
+`ServerState` holds the app and Hypercorn's configuration, the worker context
 Hypercorn's protocols consult (its ``terminated`` event is set at STOP, so
 that HTTP/2 refuses new streams), the `Drain` the app sees, and the live
 connections, which it counts. `AsgiServerStatistics` is its snapshot.
@@ -19,7 +19,7 @@ from hypercorn.typing import AppWrapper, Event, SingleTask
 
 from .._children._threads import ThreadBudget
 from .._core._log import library_logger
-from ._stop import Drain
+from ._drain import Drain
 
 logger = library_logger("trio_graceful.asgi")
 
@@ -59,15 +59,15 @@ class _Context:
     event_class: type[Event] = EventWrapper
     single_task_class: type[SingleTask] = TrioSingleTask
 
-    def __init__(self, core: ServerCore) -> None:
-        self._core = core
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
         self.terminate: Event = EventWrapper()
         self.terminated: Event = EventWrapper()
 
     async def mark_request(self) -> None:
         # Hypercorn's max_requests (restart a worker after so many) has no
         # meaning for a service whose supervisor restarts the process.
-        self._core.requests_total += 1
+        self._state.requests_total += 1
 
     @staticmethod
     async def sleep(wait: float) -> None:
@@ -96,7 +96,7 @@ class OpenConnection(Protocol):
 
 
 @final
-class ServerCore:
+class ServerState:
     """The state one server's connections share (see the module docstring)."""
 
     def __init__(self, app: AppWrapper, config: Config, budget: ThreadBudget) -> None:
