@@ -54,6 +54,9 @@ if TYPE_CHECKING:
         ChildEnd as ChildEnd,
         ChildOutcome as ChildOutcome,
     )
+    from ._core._statetable import (
+        IllegalTransitionError as IllegalTransitionError,
+    )
     from ._core._stop import (
         STOP as STOP,
         StopType as StopType,
@@ -89,7 +92,6 @@ if TYPE_CHECKING:
         ExitCodes as ExitCodes,
     )
     from ._run._lifecycle import (
-        IllegalTransitionError as IllegalTransitionError,
         Lifecycle as Lifecycle,
         LifecycleState as LifecycleState,
         StateUnreachableError as StateUnreachableError,
@@ -174,6 +176,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._core._inbox": ("InboxReceiver", "InboxSender", "InboxStatistics", "open_inbox"),
     "._core._openbundle": ("current_bundle", "open_bundle"),
     "._core._report": ("BundleStatistics", "CancelReport", "ChildEnd", "ChildOutcome"),
+    "._core._statetable": ("IllegalTransitionError",),
     "._core._stop": ("STOP", "StopType"),
     "._core._trace": (
         "TraceEvent",
@@ -187,12 +190,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._observe._recording": ("Trace", "plot_timeline", "record_trace", "save_timeline"),
     "._run._arguments": ("RunArguments", "add_run_arguments", "run_arguments"),
     "._run._exitcodes": ("ExitCodes",),
-    "._run._lifecycle": (
-        "IllegalTransitionError",
-        "Lifecycle",
-        "LifecycleState",
-        "StateUnreachableError",
-    ),
+    "._run._lifecycle": ("Lifecycle", "LifecycleState", "StateUnreachableError"),
     "._run._programstatus": ("ProgramStatus",),
     "._run._runner": ("Runner", "current_runner", "run"),
 }

@@ -76,6 +76,7 @@ from types import FrameType, MappingProxyType
 from typing import Any, Final, final
 
 from .._core._log import library_logger
+from .._core._statetable import StateTable
 from .._core._util import signal_name
 from ._signals import blocked
 from ._stoptime import REPORT_TIMEOUT
@@ -132,6 +133,9 @@ STATES: Final[Mapping[tuple[GuardState, Move], GuardState]] = MappingProxyType(
     }
 )
 """What follows what; a move the table does not list changes nothing."""
+
+TABLE: Final = StateTable(STATES, GuardState)
+"""The questions asked of `STATES`."""
 
 
 @final
@@ -373,7 +377,9 @@ class ExitGuard:
 
     def _move(self, move: Move) -> GuardState:
         """Take ``move`` if the table allows it (under the lock); return the state."""
-        self.state = STATES.get((self.state, move), self.state)
+        # Not `StateTable.move`: the guard's moves race the signals and the
+        # stop time, and one that comes too late is simply not taken.
+        self.state = TABLE.transitions.get((self.state, move), self.state)
         return self.state
 
     def _send(self, byte: int) -> None:
