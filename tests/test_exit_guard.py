@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_graceful._run._exitguard import STATES, ExitGuard, GuardState, Move
+from trio_graceful._run._exit._guard import STATES, ExitGuard, GuardState, Move
 
 from .mcp_support import EXAMPLE, ServerProcess
 from .process_support import PATIENCE, LineReader, running

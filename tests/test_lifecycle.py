@@ -23,7 +23,7 @@ from trio_graceful import (
     LifecycleState,
     StateUnreachableError,
 )
-from trio_graceful._run._lifecycle import (
+from trio_graceful._run._program._lifecycle import (
     INITIAL_STATE,
     REACHABLE,
     TABLE,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from trio_graceful._run._program import PID_1_WARNING
+from trio_graceful._run._program._program import PID_1_WARNING
 
 from .process_support import LineReader, children_of, running, stat_of, wait_for
 

@@ -21,7 +21,11 @@ from hypothesis import given, strategies as st
 
 import trio_graceful
 from trio_graceful import STOP, LifecycleState, ProgramStatus, current_runner
-from trio_graceful._run._budget import WATCHDOG_MARGIN, StopTimes, fit_stop_budget
+from trio_graceful._run._shutdown._stoptime import (
+    WATCHDOG_MARGIN,
+    StopTimes,
+    fit_stop_budget,
+)
 
 from .test_runner import (
     Timeline,

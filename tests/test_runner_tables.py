@@ -17,11 +17,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from trio_graceful import ExitCodes, Lifecycle, LifecycleState
-from trio_graceful._run._escalation import ESCALATION, Escalation, Observer, Step
-from trio_graceful._run._exitcodes import Ending, exit_reason, exit_status
-from trio_graceful._run._gcdeferral import NO_FULL_COLLECTIONS, GcHold
-from trio_graceful._run._lifecycle import LifecycleEvent
-from trio_graceful._run._stages import (
+from trio_graceful._run._exit._status import Ending, exit_reason, exit_status
+from trio_graceful._run._program._lifecycle import LifecycleEvent
+from trio_graceful._run._shutdown._gcdeferral import NO_FULL_COLLECTIONS, GcHold
+from trio_graceful._run._shutdown._stages import (
     FORCED,
     LIFECYCLE_EVENTS,
     ROOT_CLOSED,
@@ -32,6 +31,12 @@ from trio_graceful._run._stages import (
     Move,
     Stage,
     Stages,
+)
+from trio_graceful._run._signals._escalation import (
+    ESCALATION,
+    Escalation,
+    Observer,
+    Step,
 )
 
 # -- stages ---------------------------------------------------------------------------

@@ -83,23 +83,23 @@ if TYPE_CHECKING:
         record_trace as record_trace,
         save_timeline as save_timeline,
     )
-    from ._run._arguments import (
+    from ._run._exit._status import (
+        ExitCodes as ExitCodes,
+    )
+    from ._run._options._arguments import (
         RunArguments as RunArguments,
         add_run_arguments as add_run_arguments,
         run_arguments as run_arguments,
     )
-    from ._run._exitcodes import (
-        ExitCodes as ExitCodes,
-    )
-    from ._run._lifecycle import (
+    from ._run._program._lifecycle import (
         Lifecycle as Lifecycle,
         LifecycleState as LifecycleState,
         StateUnreachableError as StateUnreachableError,
     )
-    from ._run._programstatus import (
+    from ._run._program._programstatus import (
         ProgramStatus as ProgramStatus,
     )
-    from ._run._runner import (
+    from ._run._program._runner import (
         Runner as Runner,
         current_runner as current_runner,
         run as run,
@@ -188,11 +188,15 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._deploy._health": ("HealthAnswer", "HealthEndpoint", "HealthStatistics"),
     "._deploy._healthserve": ("open_health_listeners", "serve_health"),
     "._observe._recording": ("Trace", "plot_timeline", "record_trace", "save_timeline"),
-    "._run._arguments": ("RunArguments", "add_run_arguments", "run_arguments"),
-    "._run._exitcodes": ("ExitCodes",),
-    "._run._lifecycle": ("Lifecycle", "LifecycleState", "StateUnreachableError"),
-    "._run._programstatus": ("ProgramStatus",),
-    "._run._runner": ("Runner", "current_runner", "run"),
+    "._run._exit._status": ("ExitCodes",),
+    "._run._options._arguments": ("RunArguments", "add_run_arguments", "run_arguments"),
+    "._run._program._lifecycle": (
+        "Lifecycle",
+        "LifecycleState",
+        "StateUnreachableError",
+    ),
+    "._run._program._programstatus": ("ProgramStatus",),
+    "._run._program._runner": ("Runner", "current_runner", "run"),
 }
 
 if not TYPE_CHECKING:

@@ -25,7 +25,7 @@ from hypothesis import given, settings, strategies as st
 
 import trio_graceful
 from trio_graceful import open_inbox
-from trio_graceful._run._lifecycle import LifecycleState
+from trio_graceful._run._program._lifecycle import LifecycleState
 from trio_graceful.jobs import (
     TRANSITIONS,
     JobContext,

@@ -33,8 +33,8 @@ from typing import Final, final
 
 import trio
 
-from .._core._statetable import IllegalTransitionError, StateTable
-from ._lifecycle import Lifecycle, LifecycleEvent, LifecycleState
+from ..._core._statetable import IllegalTransitionError, StateTable
+from .._program._lifecycle import Lifecycle, LifecycleEvent, LifecycleState
 
 
 class Stage(enum.Enum):

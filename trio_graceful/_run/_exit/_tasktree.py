@@ -23,7 +23,7 @@ from types import FrameType
 
 import trio
 
-from .._core._log import plural
+from ..._core._log import plural
 
 _ATTEMPTS = 3
 _TRIO_CORE = os.path.join(os.path.dirname(trio.__file__), "_core", "")

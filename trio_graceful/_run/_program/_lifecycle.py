@@ -30,10 +30,10 @@ from typing import Final, cast, final
 import attrs
 import trio
 
-from .._core._log import library_logger
-from .._core._statetable import StateTable
-from .._core._trace import TraceKind, emit, tracing
-from .._core._util import NoPublicConstructor
+from ..._core._log import library_logger
+from ..._core._statetable import StateTable
+from ..._core._trace import TraceKind, emit, tracing
+from ..._core._util import NoPublicConstructor
 
 logger = library_logger("trio_graceful.lifecycle")
 

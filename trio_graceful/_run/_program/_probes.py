@@ -27,14 +27,14 @@ from typing import Final, final
 
 import trio
 
-from .._core._log import library_logger
-from .._deploy._health import HealthAnswer
-from .._deploy._healthserve import open_health_listeners, serve_health
-from .._deploy._sdnotify import notifier_from_environment
+from ..._core._log import library_logger
+from ..._deploy._health import HealthAnswer
+from ..._deploy._healthserve import open_health_listeners, serve_health
+from ..._deploy._sdnotify import notifier_from_environment
+from .._shutdown._stoptime import Part, StopTimes
 from ._lifecycle import LifecycleEvent, LifecycleState
 from ._programstatus import ProgramStatus
 from ._services import ServiceStack
-from ._stoptime import Part, StopTimes
 
 logger = library_logger("trio_graceful.runner")
 
