@@ -23,6 +23,7 @@ from trio_graceful import (
     LifecycleState,
     StateUnreachableError,
 )
+from trio_graceful._core import _statetable as statetable
 from trio_graceful._run._program._lifecycle import (
     INITIAL_STATE,
     REACHABLE,
@@ -203,6 +204,14 @@ async def test_degrade_while_shutting_down_raises():
     ):
         lifecycle.recover()
     assert snapshot(lifecycle) == before
+
+
+async def test_the_lifecycle_raises_the_one_error_of_every_state_table():
+    lifecycle = lifecycle_in(S.TERMINATED)
+    with pytest.raises(IllegalTransitionError) as caught:
+        lifecycle.degrade("late failure")
+    assert type(caught.value) is statetable.IllegalTransitionError
+    assert IllegalTransitionError is statetable.IllegalTransitionError
 
 
 async def test_reason_must_be_a_string():

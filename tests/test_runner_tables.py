@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given, strategies as st
 
-from trio_graceful import ExitCodes, Lifecycle, LifecycleState
+from trio_graceful import ExitCodes, IllegalTransitionError, Lifecycle, LifecycleState
 from trio_graceful._run._exit._status import Ending, exit_reason, exit_status
 from trio_graceful._run._program._lifecycle import LifecycleEvent
 from trio_graceful._run._shutdown._gcdeferral import NO_FULL_COLLECTIONS, GcHold
@@ -114,6 +114,12 @@ async def test_every_move_from_every_stage(stage, move):
         assert stages.move(move) is target
         assert stages.stage is target
         assert stages.lifecycle.state is LIFECYCLE_AT[target]
+
+
+async def test_an_illegal_move_is_an_illegal_transition():
+    assert issubclass(IllegalMoveError, IllegalTransitionError)
+    with pytest.raises(IllegalTransitionError):
+        at(Stage.ENDED).move(Move.FORCE)
 
 
 async def test_the_stages_are_the_lifecycles_one_writer():
