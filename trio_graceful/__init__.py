@@ -54,6 +54,9 @@ if TYPE_CHECKING:
         ChildEnd as ChildEnd,
         ChildOutcome as ChildOutcome,
     )
+    from ._core._statetable import (
+        IllegalTransitionError as IllegalTransitionError,
+    )
     from ._core._stop import (
         STOP as STOP,
         StopType as StopType,
@@ -80,24 +83,23 @@ if TYPE_CHECKING:
         record_trace as record_trace,
         save_timeline as save_timeline,
     )
-    from ._run._arguments import (
+    from ._run._exit._status import (
+        ExitCodes as ExitCodes,
+    )
+    from ._run._options._arguments import (
         RunArguments as RunArguments,
         add_run_arguments as add_run_arguments,
         run_arguments as run_arguments,
     )
-    from ._run._exitcodes import (
-        ExitCodes as ExitCodes,
-    )
-    from ._run._lifecycle import (
-        IllegalTransitionError as IllegalTransitionError,
+    from ._run._program._lifecycle import (
         Lifecycle as Lifecycle,
         LifecycleState as LifecycleState,
         StateUnreachableError as StateUnreachableError,
     )
-    from ._run._programstatus import (
+    from ._run._program._programstatus import (
         ProgramStatus as ProgramStatus,
     )
-    from ._run._runner import (
+    from ._run._program._runner import (
         Runner as Runner,
         current_runner as current_runner,
         run as run,
@@ -174,6 +176,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._core._inbox": ("InboxReceiver", "InboxSender", "InboxStatistics", "open_inbox"),
     "._core._openbundle": ("current_bundle", "open_bundle"),
     "._core._report": ("BundleStatistics", "CancelReport", "ChildEnd", "ChildOutcome"),
+    "._core._statetable": ("IllegalTransitionError",),
     "._core._stop": ("STOP", "StopType"),
     "._core._trace": (
         "TraceEvent",
@@ -185,16 +188,15 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._deploy._health": ("HealthAnswer", "HealthEndpoint", "HealthStatistics"),
     "._deploy._healthserve": ("open_health_listeners", "serve_health"),
     "._observe._recording": ("Trace", "plot_timeline", "record_trace", "save_timeline"),
-    "._run._arguments": ("RunArguments", "add_run_arguments", "run_arguments"),
-    "._run._exitcodes": ("ExitCodes",),
-    "._run._lifecycle": (
-        "IllegalTransitionError",
+    "._run._exit._status": ("ExitCodes",),
+    "._run._options._arguments": ("RunArguments", "add_run_arguments", "run_arguments"),
+    "._run._program._lifecycle": (
         "Lifecycle",
         "LifecycleState",
         "StateUnreachableError",
     ),
-    "._run._programstatus": ("ProgramStatus",),
-    "._run._runner": ("Runner", "current_runner", "run"),
+    "._run._program._programstatus": ("ProgramStatus",),
+    "._run._program._runner": ("Runner", "current_runner", "run"),
 }
 
 if not TYPE_CHECKING:

@@ -28,7 +28,7 @@ from tests.jobs.test_job_worker import make_worker, wait_for_state
 from tests.support import jobs as support
 from tests.support.jobs import serving, steps, stubborn
 from trio_graceful import open_inbox
-from trio_graceful._run._lifecycle import LifecycleState
+from trio_graceful._run._program._lifecycle import LifecycleState
 from trio_graceful.jobs import (
     TRANSITIONS,
     JobContext,

@@ -178,11 +178,12 @@ def test_the_core_loads_no_asyncio_h11_matplotlib_or_job_store():
 
 
 def test_a_name_reads_as_the_package_own_before_it_is_asked_for():
-    # run() loads the lifecycle: its error reads as trio_graceful's in a
-    # traceback though nobody asked the package for it
+    # run() loads the lifecycle, and the state tables' error with it: the
+    # error reads as trio_graceful's in a traceback though nobody asked the
+    # package for it
     code = (
         "import trio_graceful; trio_graceful.run; "
-        "from trio_graceful._run._lifecycle import IllegalTransitionError as E; "
+        "from trio_graceful._core._statetable import IllegalTransitionError as E; "
         "print(E.__module__, 'IllegalTransitionError' in vars(trio_graceful))"
     )
     assert _fresh(code) == "trio_graceful True"

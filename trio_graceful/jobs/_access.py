@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from .._core._log import library_logger
-from .._run._lifecycle import Lifecycle, LifecycleState
+from .._run._program._lifecycle import Lifecycle, LifecycleState
 from ._outages import StoreUnavailableError
 from ._store import JobStore
 

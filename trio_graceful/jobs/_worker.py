@@ -32,8 +32,8 @@ from .._core._inbox import InboxReceiver
 from .._core._log import library_logger, plural
 from .._core._openbundle import open_bundle
 from .._core._util import check_seconds
-from .._run._lifecycle import Lifecycle
-from .._run._runner import current_runner
+from .._run._program._lifecycle import Lifecycle
+from .._run._program._runner import current_runner
 from ._access import StoreAccess
 from ._checks import check_text
 from ._claims import Claims

@@ -63,8 +63,8 @@ from .._core._inbox import InboxReceiver
 from .._core._log import library_logger
 from .._core._stop import STOP
 from .._core._topology import is_cancellation
-from .._run._exitcodes import ExitCodes
-from .._run._runner import Runner, current_runner
+from .._run._exit._status import ExitCodes
+from .._run._program._runner import Runner, current_runner
 from ._calls import CallsInFlight, describe_call
 from ._claim import claim_stdio
 from ._handlers import HandlersInBundle

@@ -33,8 +33,8 @@ from typing import Final, final
 
 import trio
 
-from .._core._statetable import reachable
-from ._lifecycle import Event, Lifecycle, LifecycleState
+from ..._core._statetable import IllegalTransitionError, StateTable
+from .._program._lifecycle import Lifecycle, LifecycleEvent, LifecycleState
 
 
 class Stage(enum.Enum):
@@ -77,8 +77,16 @@ STAGES: Final[Mapping[tuple[Stage, Move], Stage]] = MappingProxyType(
 )
 """Every legal move: ``(stage, move) -> next stage``."""
 
-LIFECYCLE_EVENTS: Final[Mapping[Move, Event]] = MappingProxyType(
-    {Move.WITHDRAW: Event.WITHDRAW, Move.SHUT_DOWN: Event.SHUT_DOWN}
+
+class IllegalMoveError(IllegalTransitionError):
+    """A move the runner's stage table does not allow now; nothing changed."""
+
+
+TABLE: Final = StateTable(STAGES, Stage, error=IllegalMoveError)
+"""The questions asked of `STAGES`, and its one way to move."""
+
+LIFECYCLE_EVENTS: Final[Mapping[Move, LifecycleEvent]] = MappingProxyType(
+    {Move.WITHDRAW: LifecycleEvent.WITHDRAW, Move.SHUT_DOWN: LifecycleEvent.SHUT_DOWN}
 )
 """The lifecycle event that each move the lifecycle sees applies."""
 
@@ -86,7 +94,7 @@ LIFECYCLE_EVENTS: Final[Mapping[Move, Event]] = MappingProxyType(
 def _after(moves: frozenset[Move]) -> frozenset[Stage]:
     """The stages that one of ``moves``, then any moves, lead to."""
     first = {target for (_, move), target in STAGES.items() if move in moves}
-    return frozenset(first) | reachable(STAGES, first)
+    return frozenset(first) | TABLE.reachable(first)
 
 
 SHUTTING_DOWN: Final = _after(frozenset({Move.SHUT_DOWN, Move.FORCE}))
@@ -97,10 +105,6 @@ FORCED: Final = _after(frozenset({Move.FORCE}))
 
 ROOT_CLOSED: Final = _after(frozenset({Move.ROOT_CLOSED}))
 """The stages in which the root bundle has closed and the services drain."""
-
-
-class IllegalMoveError(RuntimeError):
-    """A move the runner's stage table does not allow now; nothing changed."""
 
 
 @final
@@ -116,7 +120,7 @@ class Stages:
     def __init__(
         self,
         lifecycle: Lifecycle,
-        on_transition: Callable[[Event, LifecycleState], object],
+        on_transition: Callable[[LifecycleEvent, LifecycleState], object],
     ) -> None:
         self._stage = Stage.RUNNING
         self._shutting_down = trio.Event()
@@ -165,11 +169,7 @@ class Stages:
         Raises:
             IllegalMoveError: if ``(stage, move)`` is not in `STAGES`.
         """
-        target = STAGES.get((self._stage, move))
-        if target is None:
-            raise IllegalMoveError(
-                f"the runner cannot {move.value} while {self._stage.value}"
-            )
+        target = TABLE.move(self._stage, move, subject="the runner")
         self._stage = target
         if target in SHUTTING_DOWN:
             self._shutting_down.set()
@@ -180,7 +180,7 @@ class Stages:
 
     def start(self) -> None:
         """Tell the lifecycle that the program starts. Not a checkpoint."""
-        self._transition(Event.START, "")
+        self._transition(LifecycleEvent.START, "")
 
     def become_ready(self) -> None:
         """Tell the lifecycle that ``main`` is ready, if it is still starting.
@@ -188,17 +188,17 @@ class Stages:
         Not a checkpoint.
         """
         if self._lifecycle.state is LifecycleState.STARTING:
-            self._transition(Event.BECOME_READY, "main is ready")
+            self._transition(LifecycleEvent.BECOME_READY, "main is ready")
 
     def terminate(self, reason: str) -> None:
         """Tell the lifecycle that the run has ended. Not a checkpoint."""
-        self._transition(Event.TERMINATE, reason)
+        self._transition(LifecycleEvent.TERMINATE, reason)
 
     async def wait_shutting_down(self) -> None:
         """Wait until the shutdown has begun. This is a checkpoint."""
         await self._shutting_down.wait()
 
-    def _transition(self, event: Event, reason: str) -> None:
+    def _transition(self, event: LifecycleEvent, reason: str) -> None:
         source = self._lifecycle.state
         self._lifecycle._transition(event, reason)  # pyright: ignore[reportPrivateUsage]
         self._on_transition(event, source)

@@ -30,13 +30,13 @@ from typing import final
 import attrs
 import trio
 
-from .._core._bundle import Bundle
-from .._core._log import library_logger
-from .._core._util import signal_name
+from ..._core._bundle import Bundle
+from ..._core._log import library_logger
+from ..._core._util import signal_name
+from .._exit._watchdog import Watchdog
 from ._gcdeferral import GcHold
 from ._stages import Move, Stage, Stages
 from ._stoptime import StopTimes
-from ._watchdog import Watchdog
 
 logger = library_logger("trio_graceful.runner")
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
-from .._core._util import ForwardingTaskStatus
+from ..._core._util import ForwardingTaskStatus
 
 if TYPE_CHECKING:
-    from .._core._bundle import Bundle
+    from ..._core._bundle import Bundle
 
 
 @attrs.frozen(kw_only=True)

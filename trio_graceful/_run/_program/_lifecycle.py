@@ -30,14 +30,10 @@ from typing import Final, cast, final
 import attrs
 import trio
 
-from .._core._log import library_logger
-from .._core._statetable import (
-    describe_sources,
-    legal_sources as table_sources,
-    reachable,
-)
-from .._core._trace import TraceKind, emit, tracing
-from .._core._util import NoPublicConstructor
+from ..._core._log import library_logger
+from ..._core._statetable import StateTable
+from ..._core._trace import TraceKind, emit, tracing
+from ..._core._util import NoPublicConstructor
 
 logger = library_logger("trio_graceful.lifecycle")
 
@@ -67,7 +63,7 @@ class LifecycleState(enum.Enum):
     TERMINATED = "terminated"
 
 
-class Event(enum.Enum):
+class LifecycleEvent(enum.Enum):
     """What makes a lifecycle change state: the labels of the table's edges."""
 
     START = "start"
@@ -79,28 +75,31 @@ class Event(enum.Enum):
     TERMINATE = "terminate"
 
 
-_S = LifecycleState
+_S, _E = LifecycleState, LifecycleEvent
 
-TRANSITIONS: Final[Mapping[tuple[LifecycleState, Event], LifecycleState]] = (
+TRANSITIONS: Final[Mapping[tuple[LifecycleState, LifecycleEvent], LifecycleState]] = (
     MappingProxyType(
         {
-            (_S.UNINITIALIZED, Event.START): _S.STARTING,
-            (_S.STARTING, Event.BECOME_READY): _S.READY,
-            (_S.STARTING, Event.SHUT_DOWN): _S.SHUTTING_DOWN,
-            (_S.READY, Event.DEGRADE): _S.DEGRADED,
-            (_S.READY, Event.WITHDRAW): _S.WITHDRAWN,
-            (_S.READY, Event.SHUT_DOWN): _S.SHUTTING_DOWN,
+            (_S.UNINITIALIZED, _E.START): _S.STARTING,
+            (_S.STARTING, _E.BECOME_READY): _S.READY,
+            (_S.STARTING, _E.SHUT_DOWN): _S.SHUTTING_DOWN,
+            (_S.READY, _E.DEGRADE): _S.DEGRADED,
+            (_S.READY, _E.WITHDRAW): _S.WITHDRAWN,
+            (_S.READY, _E.SHUT_DOWN): _S.SHUTTING_DOWN,
             # A second failing part degrades again, with its own reason.
-            (_S.DEGRADED, Event.DEGRADE): _S.DEGRADED,
-            (_S.DEGRADED, Event.RECOVER): _S.READY,
-            (_S.DEGRADED, Event.WITHDRAW): _S.WITHDRAWN,
-            (_S.DEGRADED, Event.SHUT_DOWN): _S.SHUTTING_DOWN,
-            (_S.WITHDRAWN, Event.SHUT_DOWN): _S.SHUTTING_DOWN,
-            (_S.SHUTTING_DOWN, Event.TERMINATE): _S.TERMINATED,
+            (_S.DEGRADED, _E.DEGRADE): _S.DEGRADED,
+            (_S.DEGRADED, _E.RECOVER): _S.READY,
+            (_S.DEGRADED, _E.WITHDRAW): _S.WITHDRAWN,
+            (_S.DEGRADED, _E.SHUT_DOWN): _S.SHUTTING_DOWN,
+            (_S.WITHDRAWN, _E.SHUT_DOWN): _S.SHUTTING_DOWN,
+            (_S.SHUTTING_DOWN, _E.TERMINATE): _S.TERMINATED,
         }
     )
 )
 """Every legal transition: ``(state, event) -> next state``."""
+
+TABLE: Final = StateTable(TRANSITIONS, LifecycleState)
+"""The table's questions (where an event is legal, what is reachable)."""
 
 INITIAL_STATE: Final = LifecycleState.UNINITIALIZED
 
@@ -109,22 +108,9 @@ READY_STATES: Final = frozenset({LifecycleState.READY, LifecycleState.DEGRADED})
 
 
 REACHABLE: Final[Mapping[LifecycleState, frozenset[LifecycleState]]] = MappingProxyType(
-    {state: reachable(TRANSITIONS, [state]) for state in LifecycleState}
+    {state: TABLE.reachable([state]) for state in LifecycleState}
 )
 """For each state, the states still reachable from it (itself only via a cycle)."""
-
-
-def legal_sources(event: Event) -> tuple[LifecycleState, ...]:
-    """The states in which ``event`` is legal, in declaration order."""
-    return table_sources(TRANSITIONS, LifecycleState, event)
-
-
-class IllegalTransitionError(RuntimeError):
-    """An event that the lifecycle's transition table does not allow now.
-
-    Raised by `Lifecycle.degrade` and `Lifecycle.recover` (for example,
-    recovering while shutting down); the lifecycle is left unchanged.
-    """
 
 
 class StateUnreachableError(RuntimeError):
@@ -211,7 +197,7 @@ class Lifecycle(metaclass=NoPublicConstructor):
             IllegalTransitionError: if the program is not ready or degraded
                 (it is starting, shutting down or terminated).
         """
-        self._transition(Event.DEGRADE, reason)
+        self._transition(LifecycleEvent.DEGRADE, reason)
 
     def recover(self, reason: str = "recovered") -> None:
         """Mark a degraded program as ready again. Not a checkpoint.
@@ -222,7 +208,7 @@ class Lifecycle(metaclass=NoPublicConstructor):
         Raises:
             IllegalTransitionError: if the program is not degraded.
         """
-        self._transition(Event.RECOVER, reason)
+        self._transition(LifecycleEvent.RECOVER, reason)
 
     async def wait_state(self, state: LifecycleState) -> None:
         """Wait until the lifecycle is in ``state``.
@@ -251,7 +237,7 @@ class Lifecycle(metaclass=NoPublicConstructor):
             await self._changed.wait()
         await trio.lowlevel.cancel_shielded_checkpoint()
 
-    def _transition(self, event: Event, reason: str) -> LifecycleState:
+    def _transition(self, event: LifecycleEvent, reason: str) -> LifecycleState:
         """Apply ``event``; the runner's entry point for its own events.
 
         Raises:
@@ -263,13 +249,7 @@ class Lifecycle(metaclass=NoPublicConstructor):
         if not isinstance(cast("object", reason), str):
             raise TypeError(f"reason must be a string, not {reason!r}")
         source = self._state
-        target = TRANSITIONS.get((source, event))
-        if target is None:
-            legal = describe_sources(legal_sources(event))
-            raise IllegalTransitionError(
-                f"lifecycle {self._name!r} cannot {event.value} while "
-                f"{source.value}; that is legal only while {legal}"
-            )
+        target = TABLE.move(source, event, subject=f"lifecycle {self._name!r}")
         now = trio.current_time()
         self._state, self._reason, self._changed_at = target, reason, now
         if target is not source:
@@ -281,7 +261,7 @@ class Lifecycle(metaclass=NoPublicConstructor):
         # words; degrading and recovering are news only the lifecycle has.
         if target is LifecycleState.DEGRADED:
             level = logging.WARNING
-        elif event is Event.RECOVER:
+        elif event is LifecycleEvent.RECOVER:
             level = logging.INFO
         else:
             level = logging.DEBUG

@@ -60,13 +60,13 @@ from typing import Final, NoReturn
 
 import trio
 
-from .._core._log import library_logger
-from .._core._util import signal_name
-from ._escalation import Escalation, Observer, Step
-from ._exitcodes import Ending, ExitCodes, exit_status
+from ..._core._log import library_logger
+from ..._core._util import signal_name
+from .._shutdown._stoptime import BUSY_ALLOWANCE, REPORT_TIMEOUT, Part, StopTimes
+from .._signals._escalation import Escalation, Observer, Step
+from .._signals._relay import blocked
 from ._lateness import Lateness
-from ._signals import blocked
-from ._stoptime import BUSY_ALLOWANCE, REPORT_TIMEOUT, Part, StopTimes
+from ._status import Ending, ExitCodes, exit_status
 from ._tasktree import format_task_tree, format_thread_stacks
 
 logger = library_logger("trio_graceful.runner")
@@ -185,7 +185,7 @@ class Watchdog:
         """Start the thread, which never takes the signals it counts.
 
         Those go to the main thread (or others), which can then hold them
-        back while the runner changes their handlers (see ``_signals``).
+        back while the runner changes their handlers (see ``_signals._relay``).
         """
         with blocked(self._signals):  # the new thread inherits the mask
             self._thread.start()

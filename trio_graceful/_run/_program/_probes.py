@@ -27,14 +27,14 @@ from typing import Final, final
 
 import trio
 
-from .._core._log import library_logger
-from .._deploy._health import HealthAnswer
-from .._deploy._healthserve import open_health_listeners, serve_health
-from .._deploy._sdnotify import notifier_from_environment
-from ._lifecycle import Event, LifecycleState
+from ..._core._log import library_logger
+from ..._deploy._health import HealthAnswer
+from ..._deploy._healthserve import open_health_listeners, serve_health
+from ..._deploy._sdnotify import notifier_from_environment
+from .._shutdown._stoptime import Part, StopTimes
+from ._lifecycle import LifecycleEvent, LifecycleState
 from ._programstatus import ProgramStatus
 from ._services import ServiceStack
-from ._stoptime import Part, StopTimes
 
 logger = library_logger("trio_graceful.runner")
 
@@ -122,13 +122,13 @@ class Probes:
         self._health_address = (str(bound_host), int(bound))
         logger.info("health endpoint on port %d", bound)
 
-    def transitioned(self, event: Event, source: LifecycleState) -> None:
+    def transitioned(self, event: LifecycleEvent, source: LifecycleState) -> None:
         """Tell the service manager of a lifecycle transition. Not a checkpoint."""
         notifier = self.notifier
         if not notifier.enabled:
             return
         status = self._status()
-        if event is Event.BECOME_READY:
+        if event is LifecycleEvent.BECOME_READY:
             notifier.ready(status=status.describe())
         elif status.state in _LEAVING and source not in _LEAVING:
             notifier.stopping(status=status.describe())

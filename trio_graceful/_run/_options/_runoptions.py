@@ -22,12 +22,11 @@ from typing import Any, Final, cast
 import attrs
 import trio
 
-from .._children._admission import check_count
-from .._core._util import check_name, check_port, check_seconds, is_async_def
-from ._budget import fit_stop_budget
-from ._escalation import SecondSignal
-from ._exitcodes import ExitCodes
-from ._stoptime import StopTimes
+from ..._children._admission import check_count
+from ..._core._util import check_name, check_port, check_seconds, is_async_def
+from .._exit._status import ExitCodes
+from .._shutdown._stoptime import StopTimes, fit_stop_budget
+from .._signals._escalation import SecondSignal
 
 # Signals whose handlers cannot be changed.
 _UNCATCHABLE: Final = frozenset({signal.SIGKILL, signal.SIGSTOP})

@@ -21,7 +21,7 @@ signal may end it otherwise than the log says: not by the default action of
 SIGTERM, nor by a `KeyboardInterrupt` in whatever runs after `run`. So the
 handlers of such a run do not simply give way to the previous ones when it
 returns: they are handed, with the signals that came too late for the run,
-to whoever the run names (the exit guard of ``_exitguard``, which ends the
+to whoever the run names (the exit guard of ``_exit._guard``, which ends the
 process at the next signal, and gives the previous handlers back to a
 program that goes on past its stop time). A run that took no signal gives
 the previous handlers back.
@@ -42,7 +42,7 @@ from collections.abc import Callable, Collection, Generator, Mapping
 from types import FrameType
 from typing import Any, final
 
-from .._core._util import signal_name
+from ..._core._util import signal_name
 
 Keep = Callable[[Mapping[int, Any], list[int]], object]
 """Takes the signals of a run that took one: the previous handlers, the late signals."""

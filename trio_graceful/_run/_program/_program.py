@@ -12,7 +12,7 @@ public face. The tree of a run::
 
 A shutdown, whatever starts it (a signal, `Runner.request_shutdown`, ``main``
 returning or failing), runs in this order under one deadline, ``grace``
-seconds after it began (the stages are the table in ``_stages``):
+seconds after it began (the stages are the table in ``_shutdown._stages``):
 
 1. ``Runner.root.shutdown(grace)``: STOP to the root bundle's inboxes, then
    wait for ``main`` and its tasks, hard-cancelled at the deadline;
@@ -20,13 +20,14 @@ seconds after it began (the stages are the table in ``_stages``):
    after it have ended, hard-cancelled at the same deadline.
 
 The sequence itself (the drain delay, the deadline, the force) is
-``_shutdown``'s; the program runs the bundles it drains. Its parts report to
-it through callbacks (``_mainrun.MainEvents``, ``_shutdown.ShutdownHooks``,
-the probes' status and fail functions), so none of them knows the program.
-Signals escalate as the one table in ``_escalation`` says, counted once for
-this thread and the watchdog thread (``_watchdog``), which exits the process
-when a shutdown cannot finish. The exit status is a pure function of how the
-run ended (``_exitcodes.exit_status``), whose facts ``_outcome`` keeps.
+``_shutdown._sequence``'s; the program runs the bundles it drains. Its parts
+report to it through callbacks (``_mainrun.MainEvents``,
+``_sequence.ShutdownHooks``, the probes' status and fail functions), so none
+of them knows the program. Signals escalate as the one table in
+``_signals._escalation`` says, counted once for this thread and the watchdog
+thread (``_exit._watchdog``), which exits the process when a shutdown cannot
+finish. The exit status is a pure function of how the run ended
+(``_exit._status.exit_status``), whose facts an `EndingRecorder` keeps.
 """
 
 from __future__ import annotations
@@ -38,27 +39,27 @@ from typing import Final, Literal, final
 
 import trio
 
-from .._core._bundle import Bundle
-from .._core._cancellation import log_as_news
-from .._core._log import library_logger, one_line
-from .._core._openbundle import open_bundle
-from .._core._util import (
+from ..._core._bundle import Bundle
+from ..._core._cancellation import log_as_news
+from ..._core._log import library_logger, one_line
+from ..._core._openbundle import open_bundle
+from ..._core._util import (
     signal_name,
 )
-from ._escalation import Escalation, Observer, Step
-from ._exitpolicy import bound_the_exit, show_internals
-from ._gcdeferral import GcHold
+from .._exit._policy import bound_the_exit, show_internals
+from .._exit._status import EndingRecorder, interrupt_of, split_exits
+from .._exit._watchdog import Watchdog
+from .._options._runoptions import RunSettings
+from .._shutdown._gcdeferral import GcHold
+from .._shutdown._sequence import Shutdown, ShutdownHooks
+from .._shutdown._stages import Move, Stage, Stages
+from .._signals._escalation import Escalation, Observer, Step
+from .._signals._relay import SignalRelay, ignored_warning
 from ._lifecycle import Lifecycle, LifecycleState
 from ._mainrun import MainEvents, MainRun
-from ._outcome import Outcome, interrupt_of, split_exits
 from ._probes import Probes
 from ._programstatus import ProgramStatus
-from ._runoptions import RunSettings
 from ._services import ServiceStack
-from ._shutdown import Shutdown, ShutdownHooks
-from ._signals import SignalRelay, ignored_warning
-from ._stages import Move, Stage, Stages
-from ._watchdog import Watchdog
 
 logger = library_logger("trio_graceful.runner")
 
@@ -162,7 +163,7 @@ class Program:
         self._control: trio.Nursery | None = None
         self._root: Bundle | None = None
         self._services: ServiceStack | None = None
-        self._outcome = Outcome(options.exit_codes)
+        self._ending = EndingRecorder(options.exit_codes)
         self._exit_code: int | None = None
         self._exit_line = ""
 
@@ -327,7 +328,7 @@ class Program:
 
     def exit_requested(self, who: str, exc: SystemExit) -> None:
         """Take the exit status from the first SystemExit; begin the shutdown."""
-        self._outcome.exited(exc)
+        self._ending.exited(exc)
         self.begin_shutdown(f"{who} raised SystemExit({exc.code!r})")
 
     def fail(
@@ -339,7 +340,7 @@ class Program:
         (see `_log_failure`).
         """
         _log_failure(message, exc, startup=startup)
-        self._outcome.failed(startup=startup)
+        self._ending.failed(startup=startup)
         self._shutdown.begin(message, quiet=startup)
 
     # -- the shutdown's hooks ------------------------------------------------------
@@ -418,6 +419,6 @@ class Program:
         forced_by: Literal["grace", "signal"] | None = None
         if self._stages.forced:
             forced_by = "signal" if self.escalation.level >= 2 else "grace"
-        return self._outcome.exit_status(
+        return self._ending.exit_status(
             first_signal=self.escalation.first_signal, forced_by=forced_by
         )

@@ -31,7 +31,7 @@ How (``STATES`` is the table of what may follow what):
   handlers cannot simply come back then: a signal between `run` returning
   and the interpreter's exit would kill the process by SIGTERM's default
   action, or raise `KeyboardInterrupt` in whatever runs, against the status
-  the log gives (see ``_signals``).
+  the log gives (see ``_signals._relay``).
 * The exit's start: a function that ``threading._register_atexit`` keeps
   (Python 3.9 and later), which ``threading._shutdown`` calls in the main
   thread before it waits for the threads that are not daemons. It makes the
@@ -75,10 +75,11 @@ from collections.abc import Callable, Iterable, Mapping
 from types import FrameType, MappingProxyType
 from typing import Any, Final, final
 
-from .._core._log import library_logger
-from .._core._util import signal_name
-from ._signals import blocked
-from ._stoptime import REPORT_TIMEOUT
+from ..._core._log import library_logger
+from ..._core._statetable import StateTable
+from ..._core._util import signal_name
+from .._shutdown._stoptime import REPORT_TIMEOUT
+from .._signals._relay import blocked
 from ._tasktree import format_thread_stacks
 
 logger = library_logger("trio_graceful.runner")
@@ -132,6 +133,9 @@ STATES: Final[Mapping[tuple[GuardState, Move], GuardState]] = MappingProxyType(
     }
 )
 """What follows what; a move the table does not list changes nothing."""
+
+TABLE: Final = StateTable(STATES, GuardState)
+"""The questions asked of `STATES`."""
 
 
 @final
@@ -373,7 +377,9 @@ class ExitGuard:
 
     def _move(self, move: Move) -> GuardState:
         """Take ``move`` if the table allows it (under the lock); return the state."""
-        self.state = STATES.get((self.state, move), self.state)
+        # Not `StateTable.move`: the guard's moves race the signals and the
+        # stop time, and one that comes too late is simply not taken.
+        self.state = TABLE.transitions.get((self.state, move), self.state)
         return self.state
 
     def _send(self, byte: int) -> None:

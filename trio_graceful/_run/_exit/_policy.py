@@ -1,6 +1,6 @@
 """What the exit guard is armed with as a run that took a signal returns.
 
-The policy, apart from the guard's mechanism (``_exitguard``): the process
+The policy, apart from the guard's mechanism (``_guard``): the process
 must end within the stop time of its first signal, or at its next signal,
 with the statuses of the run's `ExitCodes`.
 """
@@ -13,11 +13,11 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .._core._util import signal_name
-from ._escalation import Escalation
-from ._exitguard import exit_guard
-from ._runoptions import RunSettings
-from ._stoptime import REPORT_TIMEOUT
+from ..._core._util import signal_name
+from .._options._runoptions import RunSettings
+from .._shutdown._stoptime import REPORT_TIMEOUT
+from .._signals._escalation import Escalation
+from ._guard import exit_guard
 
 SHOW_INTERNALS_VARIABLE: Final = "TRIO_GRACEFUL_SHOW_INTERNALS"
 """Set to a non-empty value other than ``0`` to show the frames of trio and
@@ -31,7 +31,7 @@ def bound_the_exit(
     escalation: Escalation,
     status: int | None,
 ) -> None:
-    """Arm the exit guard as a run that took a signal returns (see ``_exitguard``).
+    """Arm the exit guard as a run that took a signal returns (see ``_guard``).
 
     The process must end within the stop time of the first signal, or at
     the next one, with 128 + its number.

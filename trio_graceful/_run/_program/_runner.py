@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, final, overload
 import attrs
 import trio
 
-from .._core._bundle import Bundle
-from .._core._util import NoPublicConstructor, in_trio_run
-from ._exitcodes import ExitCodes
+from ..._core._bundle import Bundle
+from ..._core._util import NoPublicConstructor, in_trio_run
+from .._exit._status import ExitCodes
+from .._options._runoptions import DEFAULT_OPTIONS, RunOptions, settle
 from ._lifecycle import Lifecycle
 from ._program import Program
 from ._programstatus import ProgramStatus
-from ._runoptions import DEFAULT_OPTIONS, RunOptions, settle
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack

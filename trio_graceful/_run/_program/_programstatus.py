@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attrs
 
-from .._core._log import plural
+from ..._core._log import plural
 from ._lifecycle import LifecycleState
 
 

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, final
 import attrs
 import trio
 
-from .._core._bundle import Bundle
-from .._core._inbox import InboxReceiver, InboxSender, open_inbox
-from .._core._log import library_logger
-from .._core._util import ForwardingTaskStatus, check_name
+from ..._core._bundle import Bundle
+from ..._core._inbox import InboxReceiver, InboxSender, open_inbox
+from ..._core._log import library_logger
+from ..._core._util import ForwardingTaskStatus, check_name
 
 logger = library_logger("trio_graceful.runner")
 

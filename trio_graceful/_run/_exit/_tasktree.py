@@ -23,15 +23,20 @@ from types import FrameType
 
 import trio
 
-from .._core._log import plural
+from ..._core._log import plural
 
 _ATTEMPTS = 3
 _TRIO_CORE = os.path.join(os.path.dirname(trio.__file__), "_core", "")
-# The whole package, not this module's layer only.
-_LIBRARIES = (
-    os.path.join(os.path.dirname(trio.__file__), ""),
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),
-)
+
+
+def _package_directory() -> str:
+    """The directory of the whole package, however deep this module sits in it."""
+    package = sys.modules[__name__.partition(".")[0]]
+    assert package.__file__ is not None
+    return os.path.join(os.path.dirname(os.path.abspath(package.__file__)), "")
+
+
+_LIBRARIES = (os.path.join(os.path.dirname(trio.__file__), ""), _package_directory())
 
 
 def format_task_tree(root: trio.lowlevel.Task, *, internals: bool = True) -> str:
