@@ -41,8 +41,8 @@ from trio_graceful.jobs._attempt import (
     Attempt,
     AttemptEvent,
     AttemptState,
-    IllegalAttemptTransitionError,
 )
+from trio_graceful.jobs._exceptions import IllegalAttemptTransitionError
 
 from . import support
 from .support import serving, steps, stubborn

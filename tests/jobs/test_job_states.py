@@ -15,7 +15,7 @@ from trio_graceful.jobs import (
     LostJobError,
 )
 from trio_graceful.jobs._sqlite import SQLiteQueries
-from trio_graceful.jobs._states import check_transition, diagram_lines
+from trio_graceful.jobs._states import JOB_TABLE, diagram_lines
 
 S = JobState
 E = JobEvent
@@ -49,7 +49,7 @@ def test_terminal_states() -> None:
 
 @pytest.mark.parametrize(("source", "event"), sorted(EXPECTED, key=str))
 def test_every_legal_transition(source: JobState, event: JobEvent) -> None:
-    assert check_transition("j", source, event) is EXPECTED[source, event]
+    assert JOB_TABLE.move(source, event, subject="job j") is EXPECTED[source, event]
 
 
 ILLEGAL = [(s, e) for s in S for e in E if (s, e) not in EXPECTED]
@@ -59,7 +59,7 @@ ILLEGAL = [(s, e) for s in S for e in E if (s, e) not in EXPECTED]
 def test_every_illegal_transition_raises(source: JobState, event: JobEvent) -> None:
     legal = " or ".join(s.value for s in S if (s, event) in EXPECTED)
     with pytest.raises(IllegalJobTransitionError) as info:
-        check_transition("j1", source, event)
+        JOB_TABLE.move(source, event, subject="job j1")
     assert str(info.value) == (
         f"job j1 cannot {event.value} while {source.value}; "
         f"that is legal only while {legal}"

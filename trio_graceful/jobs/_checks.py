@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, cast
 
 from .._core._util import check_seconds
-from ._states import JobNotFoundError
+from ._exceptions import JobNotFoundError
 
 # PostgreSQL's INTEGER, the narrower of the two stores' integer columns.
 MAX_INT: Final = 2**31 - 1

@@ -20,7 +20,7 @@ from ._leases import LeaseQueries, lost_job_error
 from ._reads import ReadQueries
 from ._records import JobRecord
 from ._schema import COLUMNS, record
-from ._states import JobEvent, JobState, check_transition
+from ._states import JOB_TABLE, JobEvent, JobState
 
 
 class HoldingQueries(ReadQueries, LeaseQueries):
@@ -195,7 +195,7 @@ class HoldingQueries(ReadQueries, LeaseQueries):
         traceback: str | None,
     ) -> JobRecord:
         job = self._holds(self._get(job_id, lock=True), worker, attempt)
-        check_transition(job_id, job.state, event)
+        JOB_TABLE.move(job.state, event, subject=f"job {job_id}")
         if event is JobEvent.REQUEUE:
             # A hand-back at shutdown is not a failed attempt.
             changes = {**changes, "handbacks": job.handbacks + 1}

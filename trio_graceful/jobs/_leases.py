@@ -19,25 +19,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ._exceptions import LostJobError, WorkerReplacedError
 from ._records import JobRecord
 from ._states import JobEvent, JobState
-
-
-class WorkerReplacedError(RuntimeError):
-    """Another process took over this worker's id (it was restarted).
-
-    The old process stops at once: its jobs are the new one's to settle.
-    """
-
-
-class LostJobError(RuntimeError):
-    """A worker wrote to a job attempt that is no longer its own.
-
-    Another worker settled the job after this one's lease expired (queued
-    it again, or failed, cancelled or timed it out), and the job may run on
-    a later attempt since; the write is refused and changes nothing. The
-    message names the job, the attempt and where the job is now.
-    """
 
 
 def lost_job_error(

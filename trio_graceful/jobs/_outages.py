@@ -15,20 +15,6 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-from ._sql import StoreError
-
-
-class StoreGoneError(StoreError):
-    """The store's file was deleted or replaced under a running worker.
-
-    The worker stops: what it would write would be lost with the old file.
-    """
-
-
-class StoreUnavailableError(StoreError):
-    """The store stayed away until the worker's shutdown deadline."""
-
-
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that mean
 # "not now" rather than "never": the file is busy, locked, unwritable or
 # full, or its locks cannot be taken.

@@ -22,9 +22,10 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._exceptions import StoreError
 from ._outages import is_postgres_outage
 from ._schema import SCHEMA
-from ._sql import SqlQueries, StoreError
+from ._sql import SqlQueries
 
 if TYPE_CHECKING:
     import psycopg

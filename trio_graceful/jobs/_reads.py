@@ -9,9 +9,10 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
+from ._exceptions import JobNotFoundError
 from ._records import AuditEvent, JobRecord
 from ._schema import COLUMNS, record
-from ._states import JobNotFoundError, JobState
+from ._states import JobState
 
 
 class ReadQueries(abc.ABC):

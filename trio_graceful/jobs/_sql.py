@@ -18,15 +18,11 @@ from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ._exceptions import LostJobError
 from ._holding import HoldingQueries
-from ._leases import LostJobError
 from ._records import JobRecord
 from ._schema import WRITABLE, updated
-from ._states import JobEvent, JobState, check_transition
-
-
-class StoreError(Exception):
-    """The store cannot be opened or used (not a database, wrong schema, ...)."""
+from ._states import JOB_TABLE, JobEvent, JobState
 
 
 class SqlQueries(HoldingQueries):
@@ -113,7 +109,7 @@ class SqlQueries(HoldingQueries):
             LostJobError: if the row changed since it was read, or a live
                 lease holds it; nothing is written.
         """
-        target = check_transition(job.id, job.state, event)
+        target = JOB_TABLE.move(job.state, event, subject=f"job {job.id}")
         given = {"state": target.value, **changes}
         if target.terminal:
             given["ended_at"] = now

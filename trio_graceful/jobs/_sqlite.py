@@ -26,9 +26,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ._outages import StoreGoneError, is_sqlite_outage
+from ._exceptions import StoreError, StoreGoneError
+from ._outages import is_sqlite_outage
 from ._schema import SCHEMA
-from ._sql import SqlQueries, StoreError
+from ._sql import SqlQueries
 
 # How long opening a store waits for other processes to let go of the file.
 _OPEN_TIMEOUT: Final = 30.0

@@ -27,10 +27,11 @@ from ._checks import (
     claim_options,
     finish_options,
 )
+from ._exceptions import StoreError
 from ._jsonrule import check_object
 from ._records import AuditEvent, JobRecord
 from ._serial import SerialCalls
-from ._sql import SqlQueries, StoreError
+from ._sql import SqlQueries
 from ._states import JobEvent
 
 P = ParamSpec("P")

@@ -37,8 +37,8 @@ from .._run._runner import current_runner
 from ._access import StoreAccess
 from ._checks import check_text
 from ._claims import Claims
+from ._exceptions import StoreUnavailableError
 from ._functions import JobFunction, check_functions
-from ._outages import StoreUnavailableError
 from ._records import JobRecord
 from ._store import JobStore
 from ._supervisor import Supervisor
