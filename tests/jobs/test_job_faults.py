@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.examples.test_jobs_service import PATIENCE, Service, stop_all
-from trio_graceful.jobs import JobRecord, JobState, StoreError, open_store
+from trio_graceful.jobs import JobRecord, JobState, StoreError, _client, open_store
 
 from .faults_support import (
     assert_each_completed_once,
@@ -162,7 +162,7 @@ def test_sigkilled_and_restarted_twenty_times_under_one_id(tmp_path: Path) -> No
 def service_jobs(service: Service, ids: list[str]) -> list[JobRecord]:
     q = service.queries()
     try:
-        return list(q.jobs(ids))
+        return list(_client.jobs(q, ids))
     finally:
         q.close()
 

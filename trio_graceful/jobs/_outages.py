@@ -4,7 +4,7 @@ An outage is the store being away for a while: a lost connection, a
 database restarting or locked by another process past the busy timeout, a
 disk that refuses writes. The operation was not applied (or, if its commit
 was lost on the way back, applying it again is harmless: see
-`SqlQueries.finish`), so the worker retries it once the store is back.
+`_holding.finish`), so the worker retries it once the store is back.
 Everything else (a wrong query, a constraint violated, a value the database
 cannot hold) is a bug in the program: retrying it would fail the same way
 forever, so it is raised at once.
