@@ -52,8 +52,6 @@ class Dialect:
 
     def render(self, sql: str) -> str:
         """``sql`` with the driver's placeholders."""
-        if self.placeholder == "?":
-            return sql
         # Statements are built from this package's constants only, never
         # from input: no ``?`` stands anywhere but for an argument.
         return sql.replace("?", self.placeholder)
@@ -110,11 +108,14 @@ class Database:
     """
 
     connection: Connection
+    dialect: Dialect = attrs.field(init=False)
+    """The connection's SQL dialect."""
+    _native: bool = attrs.field(init=False)
+    """Whether the driver takes the statements' ``?`` as they are."""
 
-    @property
-    def dialect(self) -> Dialect:
-        """The connection's SQL dialect."""
-        return self.connection.dialect
+    def __attrs_post_init__(self) -> None:
+        self.dialect = self.connection.dialect
+        self._native = self.dialect.placeholder == "?"
 
     @property
     def listens(self) -> bool:
@@ -127,11 +128,15 @@ class Database:
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement (``?`` placeholders); return its rows, if any."""
-        return self.connection.execute(self.dialect.render(sql), args)
+        if not self._native:
+            sql = self.dialect.render(sql)
+        return self.connection.execute(sql, args)
 
     def update(self, sql: str, args: Sequence[Any]) -> int:
         """Run one ``UPDATE`` (``?`` placeholders); return how many rows it changed."""
-        return self.connection.update(self.dialect.render(sql), args)
+        if not self._native:
+            sql = self.dialect.render(sql)
+        return self.connection.update(sql, args)
 
     @contextmanager
     def transaction(self) -> Generator[None, None, None]:
