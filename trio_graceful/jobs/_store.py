@@ -52,7 +52,7 @@ class JobStore:
     argument and the value), `JobNotFoundError` for an unknown job id, and
     `StoreError` once the store is closed. Nothing is written then.
 
-    The constructor takes the store's `Database`; ``clock``,
+    The constructor takes the store's ``Database``; ``clock``,
     called in the Trio thread, returns the current time in seconds
     (`time.time` by default); ``offload=False`` runs the queries in the Trio
     thread instead of a worker thread, which keeps a test under Trio's mock
