@@ -26,7 +26,7 @@ import trio
 
 from .._core._log import library_logger
 from .._run._program._lifecycle import Lifecycle, LifecycleState
-from ._outages import StoreUnavailableError
+from ._exceptions import StoreUnavailableError
 from ._store import JobStore
 
 logger = library_logger("trio_graceful.jobs")
