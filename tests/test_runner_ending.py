@@ -21,7 +21,7 @@ import trio.testing
 
 import trio_graceful
 from trio_graceful import ExitCodes, current_runner
-from trio_graceful._core._util import check_seconds
+from trio_graceful._core._checks import check_seconds
 
 from .test_runner import Timeline, run, service_for
 

@@ -47,7 +47,7 @@ async def _fails_to_serve(
         (
             {"thread_tokens": 1.5},
             TypeError,
-            "thread_tokens must be an integer, not 1.5",
+            "thread_tokens must be an int, not 1.5",
         ),
     ],
 )

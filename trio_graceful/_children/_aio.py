@@ -44,8 +44,8 @@ import attrs
 import trio
 
 from .._core._inbox import InboxReceiver
+from .._core._lowlevel import NoPublicConstructor
 from .._core._stop import STOP, StopType
-from .._core._util import NoPublicConstructor
 from ._caller import bundle_of_caller
 
 if TYPE_CHECKING:

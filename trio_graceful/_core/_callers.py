@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import trio
 
+from ._checks import check_string
+from ._lowlevel import in_trio_run
 from ._paths import is_inside
-from ._util import in_trio_run
 
 
 def check_waiter(
@@ -59,8 +60,7 @@ def check_child_says(
         TypeError: if ``value`` is not a string.
         RuntimeError: if the caller is not a child of the bundle.
     """
-    if not isinstance(value, str):
-        raise TypeError(f"{argument} must be a string, not {value!r}")
+    check_string(argument, value)
     if not is_child:
         raise RuntimeError(
             f"{method}() must be called by a child of bundle "

@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 
+from .._core._checks import check_name
 from .._core._jsonform import (
     check_mapping,
     check_type,
@@ -33,7 +34,6 @@ from .._core._jsonform import (
     optional_float_from_json,
 )
 from .._core._trace import TraceEvent, TraceKind, add_trace_hook, remove_trace_hook
-from .._core._util import check_name
 from ._chrome import chrome_trace
 from ._plot import draw_timeline, save_figure, timeline_figure
 
@@ -82,7 +82,7 @@ class Trace:
 
     def plot(self, *, ax: Axes | None = None, title: str | None = None) -> Axes:
         """Draw the trace as a timeline; see `plot_timeline`."""
-        check_name(title, argument="title")
+        check_name("title", title)
         if not self.events:
             raise ValueError("the trace holds no events to plot")
         return draw_timeline(self.events, ax=ax, title=title)
@@ -96,11 +96,11 @@ class Trace:
         format: str | None = None,
     ) -> Figure:
         """Draw the trace as a timeline and save it; see `save_timeline`."""
-        check_name(title, argument="title")
+        check_name("title", title)
         check_type("dpi", dpi, (int, float), "a number of dots per inch")
         if not 10 <= dpi < math.inf:  # fewer dots: fonts fail to render
             raise ValueError(f"dpi must be >= 10 and finite, not {dpi!r}")
-        check_name(format, argument="format")
+        check_name("format", format)
         if not self.events:
             raise ValueError("the trace holds no events to plot")
         figure = timeline_figure(self.events, title=title)

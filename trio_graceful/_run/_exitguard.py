@@ -76,7 +76,7 @@ from types import FrameType, MappingProxyType
 from typing import Any, Final, final
 
 from .._core._log import library_logger
-from .._core._util import signal_name
+from .._core._lowlevel import signal_name
 from ._signals import blocked
 from ._stoptime import REPORT_TIMEOUT
 from ._tasktree import format_thread_stacks

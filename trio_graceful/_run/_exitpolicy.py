@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .._core._util import signal_name
+from .._core._lowlevel import signal_name
 from ._escalation import Escalation
 from ._exitguard import exit_guard
 from ._runoptions import RunSettings

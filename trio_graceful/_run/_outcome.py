@@ -13,8 +13,8 @@ from typing import Literal, final
 
 import trio
 
+from .._core._groups import as_group, first_leaf
 from .._core._log import library_logger
-from .._core._util import as_group, first_leaf
 from ._exitcodes import Ending, ExitCodes, exit_reason, exit_status
 
 logger = library_logger("trio_graceful.runner")

@@ -41,10 +41,8 @@ import trio
 from .._core._bundle import Bundle
 from .._core._cancellation import log_as_news
 from .._core._log import library_logger, one_line
+from .._core._lowlevel import signal_name
 from .._core._openbundle import open_bundle
-from .._core._util import (
-    signal_name,
-)
 from ._escalation import Escalation, Observer, Step
 from ._exitpolicy import bound_the_exit, show_internals
 from ._gcdeferral import GcHold

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, cast
 
-from .._children._admission import AdmissionGate, BusyError, check_count
+from .._children._admission import AdmissionGate, BusyError
+from .._core._checks import check_count
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -45,7 +46,7 @@ def admission_gate(
 
     Raises:
         TypeError: if ``app`` is not callable, ``gate`` not an
-            `trio_graceful.AdmissionGate` or ``retry_after`` not an integer.
+            `trio_graceful.AdmissionGate` or ``retry_after`` not an int.
         ValueError: if ``retry_after`` is less than 1.
     """
     if not callable(app):

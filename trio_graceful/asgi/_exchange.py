@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from hypercorn.typing import ASGISendEvent
 
-from .._core._util import NoPublicConstructor
+from .._core._lowlevel import NoPublicConstructor
 
 RETRY_AFTER = b"1"
 

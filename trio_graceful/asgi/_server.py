@@ -32,12 +32,12 @@ from hypercorn.config import Config
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.typing import ASGIFramework
 
-from .._children._admission import check_count
 from .._children._threads import ThreadBudget, share_default_thread_limiter
+from .._core._checks import check_count, check_seconds
 from .._core._inbox import InboxReceiver
+from .._core._lowlevel import NoPublicConstructor
 from .._core._openbundle import open_bundle
 from .._core._stop import STOP
-from .._core._util import NoPublicConstructor, check_seconds
 from ._config import server_config
 from ._core import AsgiServerStatistics, ServerCore
 from ._lifespan import AppLifespan

@@ -12,7 +12,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, cast
 
-from .._core._util import check_seconds
+from .._core._checks import check_seconds
 from ._states import JobNotFoundError
 
 # PostgreSQL's INTEGER, the narrower of the two stores' integer columns.

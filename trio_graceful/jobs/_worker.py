@@ -28,10 +28,10 @@ import attrs
 import trio
 
 from .._children._threads import ThreadBudget
+from .._core._checks import check_seconds
 from .._core._inbox import InboxReceiver
 from .._core._log import library_logger, plural
 from .._core._openbundle import open_bundle
-from .._core._util import check_seconds
 from .._run._lifecycle import Lifecycle
 from .._run._runner import current_runner
 from ._access import StoreAccess
