@@ -29,7 +29,7 @@ import trio
 from .._core._checks import check_bool, check_signal
 from .._core._groups import first_leaf, is_cancellation
 from .._core._lowlevel import signal_name
-from ._caller import bundle_of_caller
+from ._parentbundle import bundle_of_caller
 
 if TYPE_CHECKING:
     from _typeshed import StrOrBytesPath

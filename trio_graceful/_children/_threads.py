@@ -30,7 +30,7 @@ import trio
 from .._core._checks import check_count, check_name, check_seconds, field_check
 from .._core._lowlevel import NoPublicConstructor, is_async_def
 from ._admission import AdmissionGate, BusyError
-from ._caller import bundle_of_caller
+from ._parentbundle import bundle_of_caller
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack

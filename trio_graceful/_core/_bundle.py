@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, cast, final
 import attrs
 import trio
 
-from ._callers import check_child_says, check_waiter
+from ._callerchecks import check_child_says, check_waiter
 from ._cancellation import Cancellation
 from ._checks import check_seconds
 from ._childwatch import ChildWatch

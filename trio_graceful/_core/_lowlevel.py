@@ -45,8 +45,12 @@ def forbid_abort(_: object) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
 
-def in_trio_run(token: trio.lowlevel.TrioToken | None) -> bool:
-    """Tell whether the caller runs in the Trio thread of the run of ``token``."""
+def in_run_of(token: trio.lowlevel.TrioToken | None) -> bool:
+    """Tell whether the caller runs in the Trio thread of the run of ``token``.
+
+    Unlike `trio.lowlevel.in_trio_run`, which asks whether the caller is in
+    any run, this asks whether it is in that one.
+    """
     try:
         return trio.lowlevel.current_trio_token() is token
     except RuntimeError:  # not in a Trio run at all

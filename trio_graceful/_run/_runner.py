@@ -19,7 +19,7 @@ import trio
 
 from .._core._bundle import Bundle
 from .._core._checks import check_string
-from .._core._lowlevel import NoPublicConstructor, in_trio_run
+from .._core._lowlevel import NoPublicConstructor, in_run_of
 from ._exitcodes import ExitCodes
 from ._lifecycle import Lifecycle
 from ._program import Program
@@ -158,7 +158,7 @@ class Runner(metaclass=NoPublicConstructor):
         self._run.begin_shutdown(reason, delay=True)
 
     def _check_thread(self, method: str) -> None:
-        if not in_trio_run(self._run.token):
+        if not in_run_of(self._run.token):
             raise RuntimeError(
                 f"Runner.{method}() must be called from the Trio thread of "
                 f"program {self.name!r}; from another thread use "

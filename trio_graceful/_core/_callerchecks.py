@@ -12,7 +12,7 @@ from __future__ import annotations
 import trio
 
 from ._checks import check_string
-from ._lowlevel import in_trio_run
+from ._lowlevel import in_run_of
 from ._paths import is_inside
 
 
@@ -32,7 +32,7 @@ def check_waiter(
         RuntimeError: if called from another thread or Trio run, or from a
             task inside the bundle.
     """
-    if not in_trio_run(token):
+    if not in_run_of(token):
         raise RuntimeError(
             f"Bundle.{method}() must be called from the Trio run that owns "
             f"bundle {bundle!r}; from another thread use "
