@@ -122,7 +122,7 @@ async def test_the_config_is_used_and_bind_overrides_it(
 @pytest.mark.parametrize(
     "call",
     [
-        trio_graceful.asgi.stop_requested,
+        trio_graceful.asgi.stop_received,
         trio_graceful.asgi.stop_deadline,
         trio_graceful.asgi.current_stop_flag,
     ],

@@ -5,7 +5,7 @@ with Hypercorn's HTTP/1.1, HTTP/2 and WebSocket protocols and its lifespan
 support, as a service of `trio_graceful.run` or a child of any bundle. At
 STOP it drains: every request already received is answered, the last
 response on each connection says ``Connection: close``, streams and
-WebSockets hear STOP in band (`stop_requested`, `wait_stop`, `until_stop`),
+WebSockets hear STOP in band (`stop_received`, `wait_stop`, `until_stop`),
 and what is still running at the cut-off ends its response properly.
 
 Needs the ``asgi`` extra: ``pip install "trio-graceful[asgi]"``.
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ._stop import (
         current_stop_flag as current_stop_flag,
         stop_deadline as stop_deadline,
-        stop_requested as stop_requested,
+        stop_received as stop_received,
         until_stop as until_stop,
         wait_stop as wait_stop,
     )
@@ -44,7 +44,7 @@ __all__ = [
     "current_stop_flag",
     "serve_asgi",
     "stop_deadline",
-    "stop_requested",
+    "stop_received",
     "sync_to_async",
     "until_stop",
     "wait_stop",
@@ -58,7 +58,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._stop": (
         "current_stop_flag",
         "stop_deadline",
-        "stop_requested",
+        "stop_received",
         "until_stop",
         "wait_stop",
     ),
