@@ -18,14 +18,12 @@ import trio.testing
 from trio_graceful import (
     ChildOutcome,
     TraceEvent,
-    TraceHook,
     TraceKind,
-    add_trace_hook,
     current_bundle,
     open_bundle,
     record_trace,
-    remove_trace_hook,
 )
+from trio_graceful.lowlevel import TraceHook, add_trace_hook, remove_trace_hook
 
 from .helpers import capture, shape
 

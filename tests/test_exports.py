@@ -17,6 +17,7 @@ import pytest
 import trio_graceful
 import trio_graceful.asgi
 import trio_graceful.jobs
+import trio_graceful.lowlevel
 import trio_graceful.mcp
 
 DOCS = Path(__file__).parent.parent / "docs"
@@ -27,6 +28,7 @@ PACKAGES = [
     (trio_graceful.jobs, "reference.rst"),
     (trio_graceful.asgi, "reference.rst"),
     (trio_graceful.mcp, "reference.rst"),
+    (trio_graceful.lowlevel, "reference.rst"),
 ]
 # Type aliases described in the text of a function that takes them.
 UNLISTED = {"TraceHook"}  # described in add_trace_hook
@@ -121,7 +123,7 @@ def _listed(package: ModuleType) -> tuple[dict[str, str], dict[str, str], list[s
                 assert isinstance(child, ast.ImportFrom)
                 for alias in child.names:
                     assert alias.asname == alias.name  # an explicit re-export
-                    checked[alias.name] = f".{child.module}"
+                    checked[alias.name] = "." * child.level + f"{child.module}"
         elif isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "_MODULES":
             modules = ast.literal_eval(node.value)  # type: ignore[arg-type]
             loaded = {
@@ -161,8 +163,13 @@ LOADED = (
 
 def test_importing_the_packages_loads_no_private_module():
     code = "import trio_graceful, trio_graceful.jobs, trio_graceful.asgi, "
-    code += "trio_graceful.mcp; " + LOADED
-    packages = ["trio_graceful.asgi", "trio_graceful.jobs", "trio_graceful.mcp"]
+    code += "trio_graceful.mcp, trio_graceful.lowlevel; " + LOADED
+    packages = [
+        "trio_graceful.asgi",
+        "trio_graceful.jobs",
+        "trio_graceful.lowlevel",
+        "trio_graceful.mcp",
+    ]
     assert _fresh(code) == str(
         ["trio_graceful._exports", "trio_graceful._version", *packages]
     )

@@ -60,10 +60,7 @@ if TYPE_CHECKING:
     )
     from ._core._trace import (
         TraceEvent as TraceEvent,
-        TraceHook as TraceHook,
         TraceKind as TraceKind,
-        add_trace_hook as add_trace_hook,
-        remove_trace_hook as remove_trace_hook,
     )
     from ._deploy._health import (
         HealthAnswer as HealthAnswer,
@@ -76,9 +73,7 @@ if TYPE_CHECKING:
     )
     from ._observe._recording import (
         Trace as Trace,
-        plot_timeline as plot_timeline,
         record_trace as record_trace,
-        save_timeline as save_timeline,
     )
     from ._run._arguments import (
         RunArguments as RunArguments,
@@ -135,26 +130,21 @@ __all__ = [
     "ThreadBudgetStatistics",
     "Trace",
     "TraceEvent",
-    "TraceHook",
     "TraceKind",
     "__version__",
     "add_run_arguments",
-    "add_trace_hook",
     "current_bundle",
     "current_runner",
     "open_bundle",
     "open_health_listeners",
     "open_inbox",
     "open_stdin_lines",
-    "plot_timeline",
     "record_trace",
-    "remove_trace_hook",
     "run",
     "run_arguments",
     "run_asyncio",
     "run_in_thread",
     "run_process",
-    "save_timeline",
     "serve_health",
 ]
 
@@ -175,16 +165,10 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._core._openbundle": ("current_bundle", "open_bundle"),
     "._core._report": ("BundleStatistics", "CancelReport", "ChildEnd", "ChildOutcome"),
     "._core._stop": ("STOP", "StopType"),
-    "._core._trace": (
-        "TraceEvent",
-        "TraceHook",
-        "TraceKind",
-        "add_trace_hook",
-        "remove_trace_hook",
-    ),
+    "._core._trace": ("TraceEvent", "TraceKind"),
     "._deploy._health": ("HealthAnswer", "HealthEndpoint", "HealthStatistics"),
     "._deploy._healthserve": ("open_health_listeners", "serve_health"),
-    "._observe._recording": ("Trace", "plot_timeline", "record_trace", "save_timeline"),
+    "._observe._recording": ("Trace", "record_trace"),
     "._run._arguments": ("RunArguments", "add_run_arguments", "run_arguments"),
     "._run._exitcodes": ("ExitCodes",),
     "._run._lifecycle": (

@@ -10,6 +10,8 @@ not ``trio_graceful._mod.X``, in tracebacks, reprs and the documentation.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Mapping, MutableMapping
 
@@ -30,16 +32,20 @@ def lazy_names(
         namespace: The package's ``globals()``; each name is stored there
             once loaded, so that later reads cost nothing.
         package: The package's ``__name__``.
-        modules: The names each private module (relative to ``package``)
-            gives the package.
+        modules: The names each private module (relative to ``package``, or
+            absolute) gives the package.
     """
-    where = {name: module for module, names in modules.items() for name in names}
+    where = {
+        name: importlib.util.resolve_name(module, package)
+        for module, names in modules.items()
+        for name in names
+    }
     defined_in: dict[str, str] = {}
 
     def present(name: str, value: object) -> None:
         namespace[name] = value
         module = getattr(value, "__module__", "")
-        if isinstance(module, str) and module.startswith(f"{package}._"):
+        if isinstance(module, str) and _is_home(package, module, value):
             defined_in[name] = module
             value.__module__ = package  # pyright: ignore[reportAttributeAccessIssue]
 
@@ -53,12 +59,12 @@ def lazy_names(
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         if name in namespace:
             return namespace[name]
-        present(name, getattr(importlib.import_module(module, package), name))
+        present(name, getattr(importlib.import_module(module), name))
         # The names of the modules loaded meanwhile read as the package's too,
         # though nobody has asked for them here yet (an exception class in a
         # traceback, say).
         for other, source in where.items():
-            loaded = sys.modules.get(f"{package}{source}")
+            loaded = sys.modules.get(source)
             if other not in namespace and loaded is not None:
                 present(other, getattr(loaded, other))
         return namespace[name]
@@ -67,3 +73,22 @@ def lazy_names(
         return sorted({*namespace, *where})
 
     return load, names
+
+
+def _is_home(package: str, module: str, value: object) -> bool:
+    """Tell whether ``package`` is the public home of ``value``, from ``module``.
+
+    Whatever its private modules define is its own. A class or function from
+    a private module of another layer is its own too (`trio_graceful.lowlevel`
+    is the home of the trace hooks of ``_core``); an instance of another
+    layer's class is not (``trio_graceful.mcp.EXIT_CODES`` is an
+    `trio_graceful.ExitCodes`).
+    """
+    if module.startswith(f"{package}._"):
+        return True
+    top, *parts = module.split(".")
+    return (
+        (inspect.isclass(value) or inspect.isfunction(value))
+        and top == package.partition(".")[0]
+        and any(part.startswith("_") for part in parts)
+    )
