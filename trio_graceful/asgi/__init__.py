@@ -37,34 +37,7 @@ if TYPE_CHECKING:
         sync_to_async as sync_to_async,
     )
 
-__all__ = [
-    "AsgiServer",
-    "AsgiServerStatistics",
-    "admission_gate",
-    "current_stop_flag",
-    "serve_asgi",
-    "stop_deadline",
-    "stop_received",
-    "sync_to_async",
-    "until_stop",
-    "wait_stop",
-]
-
-# Each name is loaded from its module on first use (see trio_graceful._exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._admission": ("admission_gate",),
-    "._core": ("AsgiServerStatistics",),
-    "._server": ("AsgiServer", "serve_asgi"),
-    "._stop": (
-        "current_stop_flag",
-        "stop_deadline",
-        "stop_received",
-        "until_stop",
-        "wait_stop",
-    ),
-    "._threads": ("sync_to_async",),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names

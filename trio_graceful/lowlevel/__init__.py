@@ -18,13 +18,7 @@ if TYPE_CHECKING:
         remove_trace_hook as remove_trace_hook,
     )
 
-__all__ = ["TraceHook", "add_trace_hook", "remove_trace_hook"]
-
-# Each name is loaded from its module on first use (see trio_graceful._exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    ".._core._trace": ("TraceHook", "add_trace_hook", "remove_trace_hook"),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names
