@@ -47,7 +47,7 @@ async def _fails_to_serve(
         (
             {"thread_tokens": 1.5},
             TypeError,
-            "thread_tokens must be an integer, not 1.5",
+            "thread_tokens must be an int, not 1.5",
         ),
     ],
 )
@@ -122,7 +122,7 @@ async def test_the_config_is_used_and_bind_overrides_it(
 @pytest.mark.parametrize(
     "call",
     [
-        trio_graceful.asgi.stop_requested,
+        trio_graceful.asgi.stop_received,
         trio_graceful.asgi.stop_deadline,
         trio_graceful.asgi.current_stop_flag,
     ],

@@ -5,7 +5,7 @@ with Hypercorn's HTTP/1.1, HTTP/2 and WebSocket protocols and its lifespan
 support, as a service of `trio_graceful.run` or a child of any bundle. At
 STOP it drains: every request already received is answered, the last
 response on each connection says ``Connection: close``, streams and
-WebSockets hear STOP in band (`stop_requested`, `wait_stop`, `until_stop`),
+WebSockets hear STOP in band (`stop_received`, `wait_stop`, `until_stop`),
 and what is still running at the cut-off ends its response properly.
 
 Needs the ``asgi`` extra: ``pip install "trio-graceful[asgi]"``.
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._drain import (
         current_stop_flag as current_stop_flag,
         stop_deadline as stop_deadline,
-        stop_requested as stop_requested,
+        stop_received as stop_received,
         until_stop as until_stop,
         wait_stop as wait_stop,
     )
@@ -37,34 +37,7 @@ if TYPE_CHECKING:
         sync_to_async as sync_to_async,
     )
 
-__all__ = [
-    "AdmissionMiddleware",
-    "AsgiServer",
-    "AsgiServerStatistics",
-    "current_stop_flag",
-    "serve_asgi",
-    "stop_deadline",
-    "stop_requested",
-    "sync_to_async",
-    "until_stop",
-    "wait_stop",
-]
-
-# Each name is loaded from its module on first use (see trio_graceful._exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._drain": (
-        "current_stop_flag",
-        "stop_deadline",
-        "stop_requested",
-        "until_stop",
-        "wait_stop",
-    ),
-    "._middleware": ("AdmissionMiddleware",),
-    "._server": ("AsgiServer", "serve_asgi"),
-    "._serverstate": ("AsgiServerStatistics",),
-    "._syncendpoints": ("sync_to_async",),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names

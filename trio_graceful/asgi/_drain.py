@@ -4,7 +4,7 @@
 that every connection, and so every request task, inherits (Starlette's and
 Quart-Trio's tasks inherit the request task's context too, and so do the
 threads Trio starts for sync endpoints). The functions here read it:
-`stop_requested` to check, `wait_stop` to wait, `until_stop` as the idle
+`stop_received` to check, `wait_stop` to wait, `until_stop` as the idle
 point of a stream or a WebSocket loop, `stop_deadline` for the time left and
 `current_stop_flag` for a thread.
 """
@@ -95,7 +95,7 @@ def current_drain(function: str) -> Drain:
         ) from None
 
 
-def stop_requested() -> bool:
+def stop_received() -> bool:
     """Return True once the server serving this request has got STOP.
 
     Call it from a request handler, a streaming response's generator, a
@@ -105,7 +105,7 @@ def stop_requested() -> bool:
     Raises:
         RuntimeError: if called outside a request served by `serve_asgi`.
     """
-    return current_drain("stop_requested").flag.is_set()
+    return current_drain("stop_received").flag.is_set()
 
 
 async def wait_stop() -> None:

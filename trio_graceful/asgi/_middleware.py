@@ -15,7 +15,8 @@ app by hand.
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, cast, final
 
-from .._children._admission import AdmissionGate, BusyError, check_count
+from .._children._admission import AdmissionGate, BusyError
+from .._core._checks import check_count
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -44,7 +45,7 @@ class AdmissionMiddleware:
 
     Raises:
         TypeError: if ``app`` is not callable, ``gate`` not an
-            `trio_graceful.AdmissionGate` or ``retry_after`` not an integer.
+            `trio_graceful.AdmissionGate` or ``retry_after`` not an int.
         ValueError: if ``retry_after`` is less than 1.
     """
 

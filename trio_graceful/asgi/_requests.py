@@ -26,7 +26,6 @@ connection instead (`AppTasks.end_stuck`).
 from __future__ import annotations
 
 import enum
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast, final
 
@@ -36,11 +35,9 @@ from hypercorn.config import Config
 from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
 
 from .._core._bundle import Bundle
+from .._core._groups import as_group, is_cancellation
 from .._core._log import library_logger
-from .._core._util import NoPublicConstructor
-
-if sys.version_info < (3, 11):  # pragma: no cover
-    from exceptiongroup import BaseExceptionGroup
+from .._core._lowlevel import NoPublicConstructor
 
 logger = library_logger("trio_graceful.asgi")
 
@@ -192,19 +189,10 @@ def request_name(scope: Scope) -> str:
 
 def _is_app_error(exc: BaseException) -> bool:
     """Tell whether ``exc``, Cancelled left aside, holds only `Exception` s."""
-    if isinstance(exc, BaseExceptionGroup):
-        group = cast("BaseExceptionGroup[BaseException]", exc)
+    group = as_group(exc)
+    if group is not None:
         return isinstance(group.split(trio.Cancelled)[1], Exception)
     return isinstance(exc, Exception)
-
-
-def _only_cancelled(exc: BaseException) -> bool:
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        group = cast("BaseExceptionGroup[BaseException]", exc)
-        return group.split(trio.Cancelled)[1] is None
-    return False
 
 
 @final
@@ -285,7 +273,7 @@ class AppTasks:
             )
         except BaseException as exc:
             name = self._running.pop(exchange, None)
-            if _only_cancelled(exc):
+            if is_cancellation(exc):
                 if self._owner.cut_off and name is not None:
                     await self._finish(exchange, name)
                 raise

@@ -10,7 +10,7 @@ The sequence of one server:
 3. At STOP the listeners close, the connections in their queues are
    served, every connection is told (idle ones close once their client has
    had a moment to send another request, busy ones after their last
-   response, HTTP/2 ones get GOAWAY), and so is the app (`stop_requested`,
+   response, HTTP/2 ones get GOAWAY), and so is the app (`stop_received`,
    `until_stop`...).
 4. At the cut-off, a little before the hard deadline, what still runs is
    cut off: each request ends its response, and its connection closes.
@@ -32,12 +32,12 @@ from hypercorn.config import Config
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.typing import ASGIFramework
 
-from .._children._admission import check_count
 from .._children._threads import ThreadBudget, share_default_thread_limiter
+from .._core._checks import check_count, check_seconds
 from .._core._inbox import InboxReceiver
+from .._core._lowlevel import NoPublicConstructor
 from .._core._openbundle import open_bundle
 from .._core._stop import STOP
-from .._core._util import NoPublicConstructor, check_seconds
 from ._config import server_config
 from ._drain import enter_drain
 from ._lifespan import AppLifespan
@@ -123,7 +123,7 @@ async def serve_asgi(
     connections close (FIN) once their client has had a second since its
     last response to send another request, which is answered too; HTTP/2
     connections get GOAWAY and their streams finish; the app hears STOP
-    (`stop_requested`, `wait_stop`, `until_stop`). Whatever still runs at
+    (`stop_received`, `wait_stop`, `until_stop`). Whatever still runs at
     the *cut-off* (``reserve`` seconds before the hard deadline, or the last
     tenth of the time left if that is shorter) is cancelled, and its
     response ended: a 503 with ``Connection: close`` if it had not started,

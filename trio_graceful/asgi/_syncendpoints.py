@@ -20,7 +20,7 @@ from typing import ParamSpec, TypeVar, cast
 
 from .._children._threads import StopFlag, call_in_thread
 from .._core._log import library_logger
-from .._core._util import is_async_def
+from .._core._lowlevel import is_async_def
 from ._drain import current_drain
 
 P = ParamSpec("P")

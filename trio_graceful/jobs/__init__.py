@@ -39,51 +39,7 @@ if TYPE_CHECKING:
         WorkerStatistics as WorkerStatistics,
     )
 
-__all__ = [
-    "TRANSITIONS",
-    "AuditEvent",
-    "CallTimeoutError",
-    "IllegalJobTransitionError",
-    "JobContext",
-    "JobEvent",
-    "JobFunction",
-    "JobNotFoundError",
-    "JobRecord",
-    "JobState",
-    "JobStopped",
-    "JobStore",
-    "LostJobError",
-    "StoreError",
-    "StoreGoneError",
-    "StoreUnavailableError",
-    "Worker",
-    "WorkerReplacedError",
-    "WorkerStatistics",
-    "open_store",
-]
-
-# Each name is loaded from its module on first use (see trio_graceful._exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._context": ("JobContext",),
-    "._exceptions": (
-        "CallTimeoutError",
-        "IllegalJobTransitionError",
-        "JobNotFoundError",
-        "JobStopped",
-        "LostJobError",
-        "StoreError",
-        "StoreGoneError",
-        "StoreUnavailableError",
-        "WorkerReplacedError",
-    ),
-    "._records": ("AuditEvent", "JobRecord"),
-    "._states": ("TRANSITIONS", "JobEvent", "JobState"),
-    "._open": ("open_store",),
-    "._store": ("JobStore",),
-    "._functions": ("JobFunction",),
-    "._worker": ("Worker", "WorkerStatistics"),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names

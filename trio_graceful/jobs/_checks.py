@@ -14,7 +14,7 @@ from typing import Any, Final, cast
 
 import attrs
 
-from .._core._util import check_seconds
+from .._core._checks import check_seconds
 from ._exceptions import JobNotFoundError
 
 # PostgreSQL's INTEGER, the narrower of the two stores' integer columns.

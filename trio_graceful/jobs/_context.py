@@ -1,7 +1,7 @@
 """What a running job sees: its STOP, its progress, per-call timeouts, threads.
 
 A job function gets a `JobContext`. Cancellation and a worker's shutdown
-reach it in band first: `JobContext.stop_requested` becomes true and
+reach it in band first: `JobContext.stop_received` becomes true and
 `JobContext.checkpoint` raises `JobStopped`, at points the job chooses.
 Only if the job has not ended when the grace runs out is it hard-cancelled.
 """
@@ -18,7 +18,7 @@ import trio
 
 from .._children._threads import StopFlag, ThreadBudget, run_in_thread
 from .._core._bundle import Bundle
-from .._core._util import NoPublicConstructor
+from .._core._lowlevel import NoPublicConstructor
 from ._checks import check_timeout
 from ._exceptions import CallTimeoutError, JobStopped
 from ._jsonrule import check_object
@@ -70,8 +70,8 @@ class JobContext(metaclass=NoPublicConstructor):
         return tuple(self._failed)
 
     @property
-    def stop_requested(self) -> bool:
-        """True once the job has been asked to stop (cancel or shutdown)."""
+    def stop_received(self) -> bool:
+        """True once the job has got STOP (from a cancel or the worker's shutdown)."""
         return self._stop.is_set()
 
     def _request_stop(self) -> None:
@@ -83,7 +83,7 @@ class JobContext(metaclass=NoPublicConstructor):
         This is a checkpoint.
 
         Raises:
-            JobStopped: if `stop_requested`.
+            JobStopped: if `stop_received`.
         """
         await trio.lowlevel.checkpoint()
         if self._stop.is_set():

@@ -46,10 +46,10 @@ import trio
 
 from .._children._threads import ThreadBudget
 from .._core._bundle import Bundle
+from .._core._groups import as_group, first_leaf
 from .._core._log import library_logger
 from .._core._openbundle import open_bundle_cancelling_body
 from .._core._trace import TraceKind, emit, tracing
-from .._core._util import as_group, first_leaf
 from ._access import StoreAccess
 from ._attempt import Attempt, AttemptEvent, AttemptState
 from ._claims import Claims

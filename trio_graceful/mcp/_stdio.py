@@ -59,10 +59,10 @@ from mcp_types import (
 
 from .._children._stdin import StdinLines, open_stdin_lines
 from .._core._cancellation import PROGRESS_INTERVAL
+from .._core._groups import is_cancellation
 from .._core._inbox import InboxReceiver
 from .._core._log import library_logger
 from .._core._stop import STOP
-from .._core._topology import is_cancellation
 from .._run._exit._status import ExitCodes
 from .._run._program._runner import Runner, current_runner
 from ._calls import CallsInFlight, describe_call

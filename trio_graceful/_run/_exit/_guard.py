@@ -76,8 +76,8 @@ from types import FrameType, MappingProxyType
 from typing import Any, Final, final
 
 from ..._core._log import library_logger
+from ..._core._lowlevel import signal_name
 from ..._core._statetable import StateTable
-from ..._core._util import signal_name
 from .._shutdown._stoptime import REPORT_TIMEOUT
 from .._signals._relay import blocked
 from ._tasktree import format_thread_stacks

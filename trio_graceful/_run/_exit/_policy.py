@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..._core._util import signal_name
+from ..._core._lowlevel import signal_name
 from .._options._runoptions import RunSettings
 from .._shutdown._stoptime import REPORT_TIMEOUT
 from .._signals._escalation import Escalation

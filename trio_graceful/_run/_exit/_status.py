@@ -17,19 +17,23 @@ from typing import Literal, cast, final
 import attrs
 import trio
 
+from ..._core._checks import check_bool, check_int, check_signal, field_check
+from ..._core._groups import as_group, first_leaf
 from ..._core._log import library_logger
-from ..._core._util import as_group, check_signal, first_leaf, signal_name
+from ..._core._lowlevel import signal_name
 
 logger = library_logger("trio_graceful.runner")
 
 
-def _check_status(
-    instance: object, attribute: attrs.Attribute[int], value: object
-) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{attribute.name} must be an int, not {value!r}")
-    if not 0 <= value <= 255:
-        raise ValueError(f"{attribute.name} must be from 0 to 255, not {value!r}")
+def _exit_status(argument: str, value: object) -> int:
+    status = check_int(argument, value)
+    if not 0 <= status <= 255:
+        raise ValueError(f"{argument} must be from 0 to 255, not {value!r}")
+    return status
+
+
+_check_status = field_check(_exit_status)
+_check_bool = field_check(check_bool)
 
 
 def _to_signal_set(value: object) -> frozenset[int]:
@@ -41,13 +45,6 @@ def _to_signal_set(value: object) -> frozenset[int]:
             raise TypeError(f"clean_signals must hold signal numbers, not {item!r}")
         result.add(int(item))
     return frozenset(result)
-
-
-def _check_bool(
-    instance: object, attribute: attrs.Attribute[bool], value: object
-) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{attribute.name} must be True or False, not {value!r}")
 
 
 @attrs.frozen
@@ -124,7 +121,7 @@ class ExitCodes:
             TypeError: if ``signum`` is not an int.
             ValueError: if ``signum`` is not a valid signal number.
         """
-        check_signal(signum, argument="signum")
+        check_signal("signum", signum)
         if signum in self.clean_signals and (
             not forced or (grace_ran_out and self.clean_after_grace)
         ):

@@ -61,7 +61,7 @@ from typing import Final, NoReturn
 import trio
 
 from ..._core._log import library_logger
-from ..._core._util import signal_name
+from ..._core._lowlevel import signal_name
 from .._shutdown._stoptime import BUSY_ALLOWANCE, REPORT_TIMEOUT, Part, StopTimes
 from .._signals._escalation import Escalation, Observer, Step
 from .._signals._relay import blocked

@@ -22,8 +22,14 @@ from typing import Any, Final, cast
 import attrs
 import trio
 
-from ..._children._admission import check_count
-from ..._core._util import check_name, check_port, check_seconds, is_async_def
+from ..._core._checks import (
+    check_count,
+    check_name,
+    check_port,
+    check_seconds,
+    field_check,
+)
+from ..._core._lowlevel import is_async_def
 from .._exit._status import ExitCodes
 from .._shutdown._stoptime import StopTimes, fit_stop_budget
 from .._signals._escalation import SecondSignal
@@ -94,24 +100,11 @@ def _check_clock(
         raise TypeError(f"clock must be a trio.abc.Clock or None, not {value!r}")
 
 
-def _check_name(
-    instance: object, attribute: attrs.Attribute[str | None], value: object
-) -> None:
-    check_name(value)
-
-
 def _check_second_signal(
     instance: object, attribute: attrs.Attribute[SecondSignal], value: object
 ) -> None:
     if value not in ("force", "exit"):
         raise ValueError(f'second_signal must be "force" or "exit", not {value!r}')
-
-
-def _check_port(
-    instance: object, attribute: attrs.Attribute[int | None], value: object
-) -> None:
-    if value is not None:
-        check_port(attribute.name, value)
 
 
 def _check_host(
@@ -123,12 +116,6 @@ def _check_host(
         raise ValueError(
             f"health_host={value!r} needs a health_port (0 picks a free port)"
         )
-
-
-def _check_count(
-    instance: object, attribute: attrs.Attribute[int], value: object
-) -> None:
-    check_count(attribute.name, value)
 
 
 def _duration(help: str) -> dict[str, object]:
@@ -166,7 +153,7 @@ class RunOptions:
     )
     exit_codes: ExitCodes = attrs.field(factory=ExitCodes, validator=_check_exit_codes)
     clock: trio.abc.Clock | None = attrs.field(default=None, validator=_check_clock)
-    name: str | None = attrs.field(default=None, validator=_check_name)
+    name: str | None = attrs.field(default=None, validator=field_check(check_name))
     second_signal: SecondSignal = attrs.field(
         default="force", validator=_check_second_signal
     )
@@ -186,7 +173,7 @@ class RunOptions:
     )
     health_port: int | None = attrs.field(
         default=None,
-        validator=_check_port,
+        validator=attrs.validators.optional(field_check(check_port)),
         metadata={
             COMMAND_LINE: CommandLine(
                 "serve /livez, /readyz and /statusz on this port, 0 picks one "
@@ -210,14 +197,14 @@ class RunOptions:
     )
     health_max_connections: int = attrs.field(
         default=32,
-        validator=_check_count,
+        validator=field_check(check_count),
         metadata={
             COMMAND_LINE: CommandLine(
                 "connections the health endpoint holds at once; at the limit "
                 "one waiting for a request is closed, a slow head first "
                 "(default: %(default)d)",
                 int,
-                "an integer >= 1",
+                "an int >= 1",
                 check_speaks=False,
                 metavar="N",
             )

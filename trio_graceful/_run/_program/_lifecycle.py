@@ -31,9 +31,9 @@ import attrs
 import trio
 
 from ..._core._log import library_logger
+from ..._core._lowlevel import NoPublicConstructor
 from ..._core._statetable import StateTable
 from ..._core._trace import TraceKind, emit, tracing
-from ..._core._util import NoPublicConstructor
 
 logger = library_logger("trio_graceful.lifecycle")
 

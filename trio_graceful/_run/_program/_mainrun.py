@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
-from ..._core._util import ForwardingTaskStatus
+from ..._core._lowlevel import ForwardingTaskStatus
 
 if TYPE_CHECKING:
     from ..._core._bundle import Bundle

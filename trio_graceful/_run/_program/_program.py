@@ -42,10 +42,8 @@ import trio
 from ..._core._bundle import Bundle
 from ..._core._cancellation import log_as_news
 from ..._core._log import library_logger, one_line
+from ..._core._lowlevel import signal_name
 from ..._core._openbundle import open_bundle
-from ..._core._util import (
-    signal_name,
-)
 from .._exit._policy import bound_the_exit, show_internals
 from .._exit._status import EndingRecorder, interrupt_of, split_exits
 from .._exit._watchdog import Watchdog

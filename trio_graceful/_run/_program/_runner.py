@@ -12,13 +12,14 @@ import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Collection
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, final, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, final, overload
 
 import attrs
 import trio
 
 from ..._core._bundle import Bundle
-from ..._core._util import NoPublicConstructor, in_trio_run
+from ..._core._checks import check_string
+from ..._core._lowlevel import NoPublicConstructor, in_run_of
 from .._exit._status import ExitCodes
 from .._options._runoptions import DEFAULT_OPTIONS, RunOptions, settle
 from ._lifecycle import Lifecycle
@@ -152,13 +153,12 @@ class Runner(metaclass=NoPublicConstructor):
             RuntimeError: if called from another thread; use
                 ``trio.from_thread.run_sync(runner.request_shutdown)``.
         """
-        if not isinstance(cast("object", reason), str):
-            raise TypeError(f"reason must be a string, not {reason!r}")
+        check_string("reason", reason)
         self._check_thread("request_shutdown")
         self._run.begin_shutdown(reason, delay=True)
 
     def _check_thread(self, method: str) -> None:
-        if not in_trio_run(self._run.token):
+        if not in_run_of(self._run.token):
             raise RuntimeError(
                 f"Runner.{method}() must be called from the Trio thread of "
                 f"program {self.name!r}; from another thread use "

@@ -26,9 +26,10 @@ import attrs
 import trio
 
 from ..._core._bundle import Bundle
+from ..._core._checks import check_name
 from ..._core._inbox import InboxReceiver, InboxSender, open_inbox
 from ..._core._log import library_logger
-from ..._core._util import ForwardingTaskStatus, check_name
+from ..._core._lowlevel import ForwardingTaskStatus
 
 logger = library_logger("trio_graceful.runner")
 
@@ -168,7 +169,7 @@ class ServiceStack:
             RuntimeError: if the stack is closed.
             Exception: whatever the service raised before it was ready.
         """
-        check_name(name)
+        check_name("name", name)
         if self._closed_reason is not None:
             raise RuntimeError(self._closed_reason)
         service = name if name is not None else _name_of(async_fn)

@@ -32,7 +32,7 @@ import trio
 
 from ..._core._bundle import Bundle
 from ..._core._log import library_logger
-from ..._core._util import signal_name
+from ..._core._lowlevel import signal_name
 from .._exit._watchdog import Watchdog
 from ._gcdeferral import GcHold
 from ._stages import Move, Stage, Stages

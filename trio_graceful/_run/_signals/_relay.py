@@ -42,7 +42,7 @@ from collections.abc import Callable, Collection, Generator, Mapping
 from types import FrameType
 from typing import Any, final
 
-from ..._core._util import signal_name
+from ..._core._lowlevel import signal_name
 
 Keep = Callable[[Mapping[int, Any], list[int]], object]
 """Takes the signals of a run that took one: the previous handlers, the late signals."""

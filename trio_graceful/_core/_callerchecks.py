@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import trio
 
+from ._checks import check_string
+from ._lowlevel import in_run_of
 from ._paths import is_inside
-from ._util import in_trio_run
 
 
 def check_waiter(
@@ -31,7 +32,7 @@ def check_waiter(
         RuntimeError: if called from another thread or Trio run, or from a
             task inside the bundle.
     """
-    if not in_trio_run(token):
+    if not in_run_of(token):
         raise RuntimeError(
             f"Bundle.{method}() must be called from the Trio run that owns "
             f"bundle {bundle!r}; from another thread use "
@@ -59,8 +60,7 @@ def check_child_says(
         TypeError: if ``value`` is not a string.
         RuntimeError: if the caller is not a child of the bundle.
     """
-    if not isinstance(value, str):
-        raise TypeError(f"{argument} must be a string, not {value!r}")
+    check_string(argument, value)
     if not is_child:
         raise RuntimeError(
             f"{method}() must be called by a child of bundle "
