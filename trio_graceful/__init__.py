@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         CancelReport as CancelReport,
         ChildEnd as ChildEnd,
         ChildOutcome as ChildOutcome,
+        HardCancelCause as HardCancelCause,
     )
     from ._core._stop import (
         STOP as STOP,
@@ -115,6 +116,7 @@ __all__ = [
     "ChildEnd",
     "ChildOutcome",
     "ExitCodes",
+    "HardCancelCause",
     "HealthAnswer",
     "HealthEndpoint",
     "HealthStatistics",
@@ -173,7 +175,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._core._bundle": ("Bundle",),
     "._core._inbox": ("InboxReceiver", "InboxSender", "InboxStatistics", "open_inbox"),
     "._core._openbundle": ("current_bundle", "open_bundle"),
-    "._core._report": ("BundleStatistics", "CancelReport", "ChildEnd", "ChildOutcome"),
+    "._core._report": (
+        "BundleStatistics",
+        "CancelReport",
+        "ChildEnd",
+        "ChildOutcome",
+        "HardCancelCause",
+    ),
     "._core._stop": ("STOP", "StopType"),
     "._core._trace": (
         "TraceEvent",
