@@ -68,8 +68,8 @@ class HardCancelCause(enum.Enum):
     cancels its siblings, as in a nursery."""
 
     CANCELLED_FROM_OUTSIDE = "cancelled_from_outside"
-    """Something outside the cancellation cancelled the children: the
-    bundle's `Bundle.cancel_scope`, or a scope around the bundle."""
+    """The children were cancelled from outside the cancellation, by the
+    bundle's `Bundle.cancel_scope` or by a scope around the bundle."""
 
 
 @attrs.frozen
