@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         CancelReport as CancelReport,
         ChildEnd as ChildEnd,
         ChildOutcome as ChildOutcome,
+        HardCancelCause as HardCancelCause,
     )
     from ._core._statetable import (
         IllegalTransitionError as IllegalTransitionError,

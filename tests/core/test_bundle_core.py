@@ -24,6 +24,8 @@ from trio_graceful import (
     open_bundle,
     record_trace,
 )
+from trio_graceful._core._phase import PHASES, BundlePhase, PhaseEvent, PhaseRecord
+from trio_graceful._core._statetable import IllegalTransitionError
 from trio_graceful.lowlevel import TraceHook, add_trace_hook, remove_trace_hook
 
 if sys.version_info < (3, 11):
@@ -393,3 +395,29 @@ async def test_a_bundle_inbox_can_stop_first_and_hand_back_the_queue(autojump_cl
     assert report.graceful
     assert trio.current_time() - t0 == 1
     assert handed_back == [1, 2, 3, 4]
+
+
+def test_the_phase_moves_only_along_its_table():
+    phase = PhaseRecord("b")
+    phase.begin_cancelling()
+    assert phase.phase is BundlePhase.CANCELLING
+    phase.close("cancel() has finished")
+    phase.close("its block has exited")  # closed once, for the first reason
+    phase.begin_cancelling()  # a cancellation of a closed bundle stays closed
+    assert phase.phase is BundlePhase.CLOSED
+    with pytest.raises(
+        RuntimeError,
+        match=r"^bundle 'b' is closed: cancel\(\) has finished; no new tasks can be "
+        r"started$",
+    ):
+        phase.check_open()
+    with pytest.raises(
+        IllegalTransitionError,
+        match=r"^bundle 'b' cannot begin cancelling while closed; that is legal "
+        r"only while open$",
+    ):
+        PHASES.move(BundlePhase.CLOSED, PhaseEvent.CANCEL, subject="bundle 'b'")
+    assert PHASES.reachable([BundlePhase.OPEN]) == {
+        BundlePhase.CANCELLING,
+        BundlePhase.CLOSED,
+    }

@@ -34,6 +34,15 @@ async def test_nursery_attributes(autojump_clock):
     assert bundle.child_tasks == frozenset()
 
 
+async def test_repr_counts_the_children_in_words(autojump_clock):
+    async with open_bundle(name="b") as bundle:
+        assert repr(bundle).startswith("<trio_graceful.Bundle 'b' open, 0 children at ")
+        bundle.start_soon(trio.sleep, 1)
+        assert repr(bundle).startswith("<trio_graceful.Bundle 'b' open, 1 child at ")
+        await bundle.cancel(grace=0)
+        assert repr(bundle).startswith("<trio_graceful.Bundle 'b' closed, 0 children")
+
+
 async def test_default_name_and_task_names(autojump_clock):
     names: list[str] = []
 

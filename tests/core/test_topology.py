@@ -1,4 +1,4 @@
-"""The two-level nursery on its own: a body and children that act as one nursery."""
+"""A bundle's nurseries on their own: a body and children that act as one nursery."""
 
 from __future__ import annotations
 
@@ -7,33 +7,33 @@ import trio
 import trio.testing
 
 from tests.support.exception_shapes import capture, shape
-from trio_graceful._core._topology import ChildEvents, open_two_level
+from trio_graceful._core._topology import ChildEvents, open_bundle_nurseries
 
 
 async def test_children_can_be_cancelled_without_the_body(autojump_clock):
     body_ran_on: list[float] = []
     t0 = trio.current_time()
-    async with open_two_level() as levels:
-        levels.start_soon(trio.sleep_forever, (), "child")
-        levels.set_children_deadline(t0 + 2)
+    async with open_bundle_nurseries() as nurseries:
+        nurseries.start_soon(trio.sleep_forever, (), "child")
+        nurseries.set_children_deadline(t0 + 2)
         await trio.sleep(5)
         body_ran_on.append(trio.current_time() - t0)
-        assert levels.live == 0
-        assert levels.children_cancel_called
+        assert nurseries.live == 0
+        assert nurseries.children_cancel_called
         # the children's nursery stays open for late starters
-        levels.start_soon(trio.sleep, (1,), "late")
+        nurseries.start_soon(trio.sleep, (1,), "late")
     assert body_ran_on == [5]
 
 
 async def test_the_outer_scope_cancels_body_and_children(autojump_clock):
     with trio.CancelScope() as outer:
-        async with open_two_level() as levels:
-            levels.start_soon(trio.sleep_forever, (), "child")
+        async with open_bundle_nurseries() as nurseries:
+            nurseries.start_soon(trio.sleep_forever, (), "child")
             await trio.testing.wait_all_tasks_blocked()
-            levels.outer.cancel_scope.cancel()
+            nurseries.outer.cancel_scope.cancel()
             await trio.sleep_forever()
-    assert not outer.cancelled_caught  # caught by the levels' own scope
-    assert levels.live == 0
+    assert not outer.cancelled_caught  # caught by the nurseries' own scope
+    assert nurseries.live == 0
 
 
 async def _failing_child(open_thing):
@@ -55,7 +55,7 @@ async def test_a_failing_child_ends_both_levels_as_a_nursery_would(autojump_cloc
     t0 = trio.current_time()
     expected = await capture(lambda: _failing_child(trio.open_nursery))
     t1 = trio.current_time()
-    got = await capture(lambda: _failing_child(open_two_level))
+    got = await capture(lambda: _failing_child(open_bundle_nurseries))
     assert shape(got) == shape(expected)
     assert trio.current_time() - t1 == t1 - t0 == 1
 
@@ -71,17 +71,17 @@ async def test_events_tell_each_start_and_end(autojump_clock):
     async def never_ready(*, task_status=trio.TASK_STATUS_IGNORED):
         raise KeyError("before ready")
 
-    async with open_two_level() as levels:
-        levels.events = ChildEvents(
+    async with open_bundle_nurseries() as nurseries:
+        nurseries.events = ChildEvents(
             started=lambda task: seen.append(("started", task.name)),
             ready=lambda task: seen.append(("ready", task.name)),
             ended=lambda task, exc: seen.append(("ended", f"{task.name} {exc!r}")),
             start_failed=lambda task: seen.append(("start failed", task.name)),
         )
-        levels.start_soon(trio.sleep, (3,), "soon")
-        await levels.start(ready_later, (), "later")
+        nurseries.start_soon(trio.sleep, (3,), "soon")
+        await nurseries.start(ready_later, (), "later")
         with pytest.raises(KeyError):
-            await levels.start(never_ready, (), "never")
+            await nurseries.start(never_ready, (), "never")
     assert seen == [
         ("started", "soon"),
         ("ready", "later"),
@@ -95,12 +95,12 @@ async def test_wrong_arguments_raise_before_anything_starts(autojump_clock):
     async def takes_one(x: int) -> None:
         await trio.sleep(x)
 
-    async with open_two_level() as levels:
+    async with open_bundle_nurseries() as nurseries:
         with pytest.raises(TypeError, match="missing 1 required positional"):
-            levels.start_soon(takes_one, (), "child")
+            nurseries.start_soon(takes_one, (), "child")
         with pytest.raises(TypeError, match="returned 5 instead of a coroutine"):
-            levels.start_soon(lambda: 5, (), "child")
-        assert levels.live == 0
+            nurseries.start_soon(lambda: 5, (), "child")
+        assert nurseries.live == 0
 
 
 async def test_late_children_start_cancelled_or_with_the_deadline(autojump_clock):
@@ -113,16 +113,16 @@ async def test_late_children_start_cancelled_or_with_the_deadline(autojump_clock
         finally:
             ended.append((name, trio.current_time() - t0))
 
-    async with open_two_level() as levels:
-        levels.set_children_deadline(t0 + 3)
-        levels.start_soon(child, ("before",), "before")
+    async with open_bundle_nurseries() as nurseries:
+        nurseries.set_children_deadline(t0 + 3)
+        nurseries.start_soon(child, ("before",), "before")
         await trio.sleep(1)
-        levels.start_soon(child, ("after the deadline was set",), "after")
+        nurseries.start_soon(child, ("after the deadline was set",), "after")
         await trio.sleep(5)
-        levels.cancel_children("enough")
-        levels.start_soon(child, ("after the cancel",), "late")
+        nurseries.cancel_children("enough")
+        nurseries.start_soon(child, ("after the cancel",), "late")
         await trio.sleep(1)
-        assert levels.live == 0
+        assert nurseries.live == 0
         body_time = trio.current_time() - t0
     assert sorted(ended) == [
         ("after the cancel", 6),
@@ -137,29 +137,33 @@ async def test_a_child_cancelled_before_it_is_ready_fails_its_start(autojump_clo
         await trio.sleep(10)
         task_status.started()
 
-    async with open_two_level() as levels:
-        levels.owner = "bundle 'b'"
-        levels.set_children_deadline(trio.current_time() + 1)
+    async with open_bundle_nurseries() as nurseries:
+        nurseries.owner = "bundle 'b'"
+        nurseries.set_children_deadline(trio.current_time() + 1)
         with pytest.raises(RuntimeError, match="bundle 'b' was hard-cancelled before"):
-            await levels.start(slow_start, (), "slow")
-        assert levels.live == 0
+            await nurseries.start(slow_start, (), "slow")
+        assert nurseries.live == 0
 
 
-async def test_one_level_fails_as_a_nursery_would(autojump_clock):
+async def test_cancelling_body_with_children_fails_as_a_nursery_would(autojump_clock):
     expected = await capture(lambda: _failing_child(trio.open_nursery))
-    got = await capture(lambda: _failing_child(lambda: open_two_level(one_level=True)))
+    got = await capture(
+        lambda: _failing_child(
+            lambda: open_bundle_nurseries(cancel_body_with_children=True)
+        )
+    )
     assert shape(got) == shape(expected)
 
 
-async def test_one_level_cancels_the_body_with_the_children(autojump_clock):
+async def test_cancelling_body_with_children_cancels_the_body_too(autojump_clock):
     t0 = trio.current_time()
     reached: list[str] = []
-    async with open_two_level(one_level=True) as levels:
-        levels.start_soon(trio.sleep_forever, (), "child")
-        levels.set_children_deadline(t0 + 2)
+    async with open_bundle_nurseries(cancel_body_with_children=True) as nurseries:
+        nurseries.start_soon(trio.sleep_forever, (), "child")
+        nurseries.set_children_deadline(t0 + 2)
         await trio.sleep(5)
         reached.append("after the sleep")
     assert reached == []
     assert trio.current_time() - t0 == 2
-    assert levels.live == 0
-    assert levels.outer.cancel_scope.cancelled_caught
+    assert nurseries.live == 0
+    assert nurseries.outer.cancel_scope.cancelled_caught

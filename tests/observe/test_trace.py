@@ -523,6 +523,7 @@ def test_a_report_made_outside_a_run_has_no_wall_clock():
         finished_at=2.0,
         hard_deadline=math.inf,
         hard_cancelled_at=None,
+        hard_cancel_cause=None,
         children=(ChildEnd("c", ChildOutcome.RAISED, 2.0, 1.0, error="E()"),),
     )
     assert report.wall_clock_offset is None
