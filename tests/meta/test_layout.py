@@ -222,6 +222,52 @@ def test_no_module_is_over_the_line_budget():
     assert long == {}
 
 
+# -- rooms by concept ---------------------------------------------------------------
+
+# Names that say only that something did not fit elsewhere.
+GRAB_BAGS = frozenset({"_util", "_utils", "_helpers", "_misc", "_common", "_tools"})
+
+
+def _leaf(module: Module) -> str:
+    return module.name.rpartition(".")[2]
+
+
+def _leaves() -> dict[str, list[str]]:
+    leaves: dict[str, list[str]] = {}
+    for name, module in MODULES.items():
+        if not module.is_package and _leaf(module) != "__main__":
+            leaves.setdefault(_leaf(module), []).append(name)
+    return leaves
+
+
+def test_no_module_is_a_grab_bag():
+    assert sorted(set(_leaves()) & GRAB_BAGS) == []
+
+
+def test_no_two_modules_share_a_name():
+    # A name that means two things in two rooms (asgi's _core beside the
+    # _core layer) sends a reader to the wrong file.
+    shared = {leaf: names for leaf, names in _leaves().items() if len(names) > 1}
+    assert shared == {}
+
+
+def test_no_module_name_is_another_one_plus_a_letter():
+    # _caller beside _callers: two unrelated concepts one typo apart.
+    leaves = set(_leaves())
+    near = sorted((leaf, leaf + "s") for leaf in leaves if leaf + "s" in leaves)
+    assert near == []
+
+
+def test_every_package_says_what_its_room_owns():
+    silent = [
+        name
+        for name, module in MODULES.items()
+        if module.is_package
+        and ast.get_docstring(ast.parse(module.path.read_text())) is None
+    ]
+    assert silent == []
+
+
 def _design_map() -> dict[str, set[str]]:
     """The modules in the first column of each layer's table in design.rst.
 

@@ -19,8 +19,8 @@ import trio
 from .._children._threads import StopFlag, ThreadBudget, run_in_thread
 from .._core._bundle import Bundle
 from .._core._lowlevel import NoPublicConstructor
-from ._checks import check_timeout
 from ._exceptions import CallTimeoutError, JobStopped
+from ._jobchecks import check_timeout
 from ._jsonrule import check_object
 from ._records import JobRecord
 

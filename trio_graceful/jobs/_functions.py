@@ -12,8 +12,8 @@ import types
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from ._checks import check_text
 from ._context import JobContext
+from ._jobchecks import check_text
 
 # Documented in docs/jobs.rst: what counts as async is what
 # inspect.iscoroutinefunction tells (async def, methods, partials, objects

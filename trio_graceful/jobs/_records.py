@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from ._checks import check_changes, check_count, check_job_id, check_text, checked_as
+from ._jobchecks import check_changes, check_count, check_job_id, check_text, checked_as
 from ._states import JobEvent, JobState
 
 

@@ -18,7 +18,8 @@ import attrs
 import trio
 
 from . import _client, _holding, _leases
-from ._checks import (
+from ._exceptions import StoreError
+from ._jobchecks import (
     check_count,
     check_duration,
     check_incarnation,
@@ -27,7 +28,6 @@ from ._checks import (
     check_timeout,
     claim_options,
 )
-from ._exceptions import StoreError
 from ._jsonrule import check_object
 from ._records import AuditEvent, JobEnding, JobRecord
 from ._serial import SerialCalls

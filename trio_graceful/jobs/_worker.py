@@ -33,16 +33,16 @@ from .._core._openbundle import open_bundle
 from .._run._program._lifecycle import Lifecycle
 from .._run._program._runner import current_runner
 from ._access import StoreAccess
-from ._checks import (
+from ._claims import Claims
+from ._exceptions import StoreUnavailableError
+from ._functions import JobFunction, check_functions
+from ._jobchecks import (
     check_at_least_one,
     check_duration,
     check_text,
     checked_as,
     seconds,
 )
-from ._claims import Claims
-from ._exceptions import StoreUnavailableError
-from ._functions import JobFunction, check_functions
 from ._records import JobRecord
 from ._store import JobStore
 from ._supervisor import Supervisor

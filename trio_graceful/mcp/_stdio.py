@@ -66,7 +66,7 @@ from .._core._stop import STOP
 from .._run._exit._status import ExitCodes
 from .._run._program._runner import Runner, current_runner
 from ._calls import CallsInFlight, describe_call
-from ._claim import claim_stdio
+from ._descriptors import claim_stdio
 from ._handlers import HandlersInBundle
 from ._outgoing import REFUSED, WireOut, shutdown_error
 from ._stdout import LineWriter
