@@ -13,17 +13,16 @@ import trio
 import trio.testing
 
 from trio_graceful import STOP, open_bundle, open_inbox
-from trio_graceful._core._inboxstate import InboxState
-from trio_graceful._core._stopposition import (
+from trio_graceful._core._inbox._state import (
     INITIAL_POSITION,
     REQUESTED,
+    TABLE,
     TRANSITIONS,
+    InboxState,
     StopEvent,
     StopPosition,
-    StopPositionError,
-    legal_sources,
-    next_position,
 )
+from trio_graceful._core._statetable import IllegalTransitionError
 
 _P = StopPosition
 _E = StopEvent
@@ -81,7 +80,7 @@ def test_every_legal_transition(source, event):
     state.position = source
     state.apply(event)
     assert state.position is TRANSITIONS[source, event]
-    assert next_position(source, event) is TRANSITIONS[source, event]
+    assert TABLE.move(source, event, subject="STOP") is TRANSITIONS[source, event]
 
 
 @pytest.mark.parametrize(("source", "event"), ILLEGAL)
@@ -89,9 +88,9 @@ def test_every_illegal_transition_raises_and_changes_nothing(source, event):
     state = InboxState[int](3)
     state.position = source
     before = snapshot(state)
-    legal = " or ".join(p.value for p in legal_sources(event))
+    legal = " or ".join(p.value for p in TABLE.legal_sources(event))
     with pytest.raises(
-        StopPositionError,
+        IllegalTransitionError,
         match=rf"^STOP cannot {event.value} while {source.value}; "
         rf"that is legal only while {legal}$",
     ):
@@ -100,9 +99,9 @@ def test_every_illegal_transition_raises_and_changes_nothing(source, event):
 
 
 def test_legal_sources():
-    assert legal_sources(_E.REACH) == (_P.IN_BUFFER,)
-    assert legal_sources(_E.REQUEST) == (_P.NONE, _P.ENDED)
-    assert legal_sources(_E.END) == (
+    assert TABLE.legal_sources(_E.REACH) == (_P.IN_BUFFER,)
+    assert TABLE.legal_sources(_E.REQUEST) == (_P.NONE, _P.ENDED)
+    assert TABLE.legal_sources(_E.END) == (
         _P.NONE,
         _P.BEHIND_SENDERS,
         _P.IN_BUFFER,

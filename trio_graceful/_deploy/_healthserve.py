@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from .._core._inboxreceiver import InboxReceiver
+from .._core._inbox import InboxReceiver
 from .._core._util import check_name, check_port, check_seconds
 from ._health import HealthAnswer, HealthEndpoint
 
