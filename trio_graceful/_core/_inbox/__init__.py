@@ -37,7 +37,8 @@ InboxSender.send_nowait, and                MemorySendChannel.send_nowait
 InboxState.send_nowait
 InboxSender.send, and InboxState.           MemorySendChannel.send (+ STOP)
 add_waiting_sender / remove_waiting_sender
-InboxSender.clone                           MemorySendChannel.clone
+InboxSender.clone, and                      MemorySendChannel.clone, and its
+InboxState.add_sender                       ``__attrs_post_init__``
 InboxSender.close / aclose, and             MemorySendChannel.close (+ STOP)
 InboxState.close_sender
 InboxReceiver.receive_nowait, and           MemoryReceiveChannel.receive_nowait
@@ -45,7 +46,8 @@ InboxState.receive_nowait / take_stop       (+ STOP)
 InboxReceiver.receive, and InboxState.      MemoryReceiveChannel.receive
 add_waiting_receiver /
 remove_waiting_receiver
-InboxReceiver.clone                         MemoryReceiveChannel.clone (+ STOP)
+InboxReceiver.clone, and                    MemoryReceiveChannel.clone, and its
+InboxState.add_receiver                     ``__attrs_post_init__`` (+ STOP)
 InboxReceiver.close / aclose, and           MemoryReceiveChannel.close (+ STOP)
 InboxState.close_receiver
 InboxSender.stop, InboxState.stop,          (none: STOP only)
@@ -65,11 +67,7 @@ from typing import TypeVar, cast, final
 from .._util import check_buffer_size
 from ._receiver import InboxReceiver as InboxReceiver
 from ._sender import InboxSender as InboxSender
-from ._state import (
-    Endpoint,
-    InboxState as InboxState,
-    InboxStatistics as InboxStatistics,
-)
+from ._state import InboxState as InboxState, InboxStatistics as InboxStatistics
 
 T = TypeVar("T")
 
@@ -97,8 +95,9 @@ def open_inbox_with_state(
         check_buffer_size(max_buffer_size), check_stop_first(stop_first)
     )
     # (not InboxSender[T]._create: a generic alias costs a lookup per inbox)
-    sender = cast("InboxSender[T]", InboxSender._create(state))  # pyright: ignore[reportPrivateUsage]
-    receiver = cast("InboxReceiver[T]", InboxReceiver._create(state, Endpoint()))  # pyright: ignore[reportPrivateUsage]
+    sends, receives = state.add_sender(), state.add_receiver()
+    sender = cast("InboxSender[T]", InboxSender._create(state, sends))  # pyright: ignore[reportPrivateUsage]
+    receiver = cast("InboxReceiver[T]", InboxReceiver._create(state, receives))  # pyright: ignore[reportPrivateUsage]
     return sender, receiver, state
 
 

@@ -56,9 +56,6 @@ class InboxReceiver(
     _state: InboxState[T_co]
     _me: Endpoint
 
-    def __attrs_post_init__(self) -> None:
-        self._state.open_receive_channels += 1
-
     def __repr__(self) -> str:
         return (
             f"<inbox receiver at {id(self):#x}, using buffer at {id(self._state):#x}>"
@@ -238,7 +235,7 @@ class InboxReceiver(
         """
         if self._me.closed:
             raise trio.ClosedResourceError
-        me = Endpoint(stop_seen=self._me.stop_seen)
+        me = self._state.add_receiver(stop_seen=self._me.stop_seen)
         return type(self)._create(self._state, me)  # pyright: ignore[reportPrivateUsage]
 
     def __enter__(self) -> Self:

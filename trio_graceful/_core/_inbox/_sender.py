@@ -33,10 +33,7 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
     """
 
     _state: InboxState[T]
-    _me: Endpoint = attrs.field(factory=Endpoint, init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self._state.open_send_channels += 1
+    _me: Endpoint
 
     def __repr__(self) -> str:
         return f"<inbox sender at {id(self):#x}, using buffer at {id(self._state):#x}>"
@@ -126,7 +123,7 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
         """
         if self._me.closed:
             raise trio.ClosedResourceError
-        return type(self)._create(self._state)  # pyright: ignore[reportPrivateUsage]
+        return type(self)._create(self._state, self._state.add_sender())  # pyright: ignore[reportPrivateUsage]
 
     def __enter__(self) -> Self:
         return self

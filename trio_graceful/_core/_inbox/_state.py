@@ -254,6 +254,11 @@ class InboxState(Generic[T]):
 
     # -- the send side ---------------------------------------------------------
 
+    def add_sender(self) -> Endpoint:
+        """A sender object opens (`open_inbox`, a clone): its bookkeeping."""
+        self.open_send_channels += 1
+        return Endpoint()
+
     def send_nowait(self, sender: Endpoint, value: T) -> None:
         """Hand ``value`` to a waiting receiver, or put it in the buffer.
 
@@ -333,6 +338,11 @@ class InboxState(Generic[T]):
         self._advance()
 
     # -- the receive side ------------------------------------------------------
+
+    def add_receiver(self, *, stop_seen: bool = False) -> Endpoint:
+        """A receiver object opens; a clone has seen STOP if its original has."""
+        self.open_receive_channels += 1
+        return Endpoint(stop_seen=stop_seen)
 
     def receive_nowait(self, receiver: Endpoint) -> T | StopType:
         """Take the next message, or STOP, for ``receiver``.
