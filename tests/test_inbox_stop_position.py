@@ -19,6 +19,7 @@ from trio_graceful._core._inbox._state import (
     TABLE,
     TRANSITIONS,
     InboxState,
+    InboxStatistics,
     StopEvent,
     StopPosition,
 )
@@ -112,6 +113,40 @@ def test_legal_sources():
 
 
 # -- the positions an inbox goes through --------------------------------------
+
+
+def test_each_change_to_the_queue_moves_stop_itself():
+    # Driven by hand, with no task waiting: every method that changes the
+    # queue moves STOP as far as it can go, and no caller has to ask.
+    state = InboxState[int](2)
+    sender, receiver = state.add_sender(), state.add_receiver()
+    state.send_nowait(sender, 1)
+    state.stop()
+    # nobody was blocked in send: STOP went past them into the buffer
+    assert state.position is _P.IN_BUFFER
+    assert list(state.data) == [1, STOP]
+    assert state.buffer_used() == 1
+    assert state.receive_nowait(receiver) == 1
+    assert state.stop_is_next(receiver)
+    assert state.receive_nowait(receiver) is STOP
+    assert state.position is _P.REACHED
+    assert receiver.stop_seen
+    assert not state.data
+    state.close_sender(sender)
+    with pytest.raises(trio.EndOfChannel):
+        state.receive_nowait(receiver)
+    assert state.position is _P.REACHED
+    assert state.statistics() == InboxStatistics(
+        current_buffer_used=0,
+        max_buffer_size=2,
+        open_send_channels=0,
+        open_receive_channels=1,
+        tasks_waiting_send=0,
+        tasks_waiting_receive=0,
+        peak_buffer_used=1,
+        stop_requested=True,
+        stop_delivered=True,
+    )
 
 
 def position(inbox: object) -> StopPosition:
