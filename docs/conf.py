@@ -97,7 +97,7 @@ nitpick_ignore_regex = [
     # they stand for the caller's types and have no entry of their own.
     (
         r"py:class",
-        r"(trio_graceful(\.\w+)?\._\w+\.)?(T|T_co|U|R|PosArgT|P|A\d|MessageT|StatusT|Service\d)",
+        r"(trio_graceful(\.\w+)*\._\w+\.)?(T|T_co|U|R|PosArgT|P|A\d|MessageT|StatusT|Service\d)",
     ),
     # Trace.plot's matplotlib Axes and Figure, imported only for type checkers (the
     # plot extra is optional), so autodoc sees the bare name.
