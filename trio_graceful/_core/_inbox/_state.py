@@ -150,12 +150,12 @@ class Endpoint:
 
     __slots__ = ("closed", "stop_seen", "tasks")
 
-    def __init__(self, *, stop_seen: bool = False) -> None:
+    def __init__(self) -> None:
         # Tasks blocked on this object, woken when it closes.
         self.tasks: set[Task] = set()
         self.closed = False
         # Receivers only: this object has returned STOP.
-        self.stop_seen = stop_seen
+        self.stop_seen = False
 
 
 _MARKER_ENTRY: tuple[Endpoint, object] = (Endpoint(), STOP)
@@ -342,7 +342,11 @@ class InboxState(Generic[T]):
     def add_receiver(self, *, stop_seen: bool = False) -> Endpoint:
         """A receiver object opens; a clone has seen STOP if its original has."""
         self.open_receive_channels += 1
-        return Endpoint(stop_seen=stop_seen)
+        # (not Endpoint(stop_seen=...): calling a class with keywords costs
+        # a dict per inbox)
+        receiver = Endpoint()
+        receiver.stop_seen = stop_seen
+        return receiver
 
     def receive_nowait(self, receiver: Endpoint) -> T | StopType:
         """Take the next message, or STOP, for ``receiver``.
