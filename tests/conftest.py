@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from trio_graceful._run import _exitguard
+from trio_graceful._run._exit import _guard
 
 # The PostgreSQL server of the job store tests, for tests/jobs and tests/examples.
-pytest_plugins = ["tests.postgres_fixtures"]
+pytest_plugins = ["tests.support.postgres"]
 
 # Deterministic by default: the same examples on every run and every machine.
 # HYPOTHESIS_PROFILE=explore searches afresh (use it when changing the core).
@@ -88,13 +88,19 @@ def process_ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessEnds]:
     the status it would have ended it with, and a test that expects an end
     waits for it; one that did not is failed.
     """
-    guard = _exitguard.exit_guard()
+    guard = _guard.exit_guard()
     ends = ProcessEnds()
     monkeypatch.setattr(guard, "_end", ends.end)
     try:
         yield ends
     finally:
         guard.stand_down()
+        # A signal of this test still on its way to the guard's thread would
+        # be passed on from there, idle now, to whatever handler the next
+        # test has: SIGTERM's default would end the test process.
+        with guard._lock:  # pyright: ignore[reportPrivateUsage]
+            if guard._read_fd != -1:  # pyright: ignore[reportPrivateUsage]
+                guard._read_pipe()  # pyright: ignore[reportPrivateUsage]
     assert ends.checked or not ends.statuses, (
         f"the exit guard would have ended the process with {ends.statuses}"
     )

@@ -25,8 +25,8 @@ from hypercorn.utils import LifespanTimeoutError
 
 import trio_graceful
 import trio_graceful.asgi
-from tests.asgi.apps import Log, make_app
-from tests.asgi.support import (
+from tests.support.asgi_app import Log, make_app
+from tests.support.asgi_server import (
     RawClient,
     Receive,
     Scope,

@@ -1,6 +1,6 @@
 """The drain of serve_asgi over HTTP/1.1, in exact virtual time.
 
-The server listens on a Unix socket (see tests/asgi/support.py) and is
+The server listens on a Unix socket (see tests/support/asgi_server.py) and is
 stopped as a runner stops a service: STOP, then the grace.
 """
 
@@ -14,8 +14,8 @@ import trio
 import trio.testing
 from hypercorn.config import Config
 
-from tests.asgi.apps import Log, make_app
-from tests.asgi.support import RawClient, serving
+from tests.support.asgi_app import Log, make_app
+from tests.support.asgi_server import RawClient, serving
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ waking a connection whose reader has just taken pipelined requests from the
 socket and not parsed them yet; connections that the kernel has accepted
 but the server not yet, in the listener's queue when it closes; and a
 client answered just before STOP, whose next request is on its way. In
-exact virtual time, on a Unix socket (see tests/asgi/support.py).
+exact virtual time, on a Unix socket (see tests/support/asgi_server.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import trio
 import trio.testing
 from hypercorn.config import Config
 
-from tests.asgi.apps import Log, make_app
-from tests.asgi.support import RawClient, serving
+from tests.support.asgi_app import Log, make_app
+from tests.support.asgi_server import RawClient, serving
 from trio_graceful.asgi import _shutdown
 from trio_graceful.asgi._connection import DRAIN_KEEP_ALIVE, Connection
 from trio_graceful.asgi._listeners import Listener, backlog
@@ -50,7 +50,7 @@ async def test_stop_between_a_read_and_its_parsing_loses_no_pipelined_request(
         data = await receive(self)
         if data.count(b"GET ") == 2:
             with trio.CancelScope(shield=True):
-                await self._core.drain.stopped.wait()
+                await self._state.drain.stopped.wait()
         return data
 
     monkeypatch.setattr(Connection, "_receive", receive_across_stop)

@@ -1,6 +1,6 @@
 """The drain of serve_asgi over HTTP/2, frame by frame, in exact virtual time.
 
-A raw client (tests/asgi/h2_client.py) opens streams with prior knowledge
+A raw client (tests/support/h2_client.py) opens streams with prior knowledge
 on the server's Unix socket and reads every frame, so that a test sees what
 a library client hides: which streams ended, what each GOAWAY named, what
 came after the last one, and whether the connection then ended with a FIN.
@@ -25,8 +25,9 @@ from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 
-from tests.asgi.apps import Log, make_app
-from tests.asgi.h2_client import (
+from tests.support.asgi_app import Log, make_app
+from tests.support.asgi_server import Served, serving
+from tests.support.h2_client import (
     ACK,
     NO_ERROR,
     PREFACE,
@@ -37,8 +38,13 @@ from tests.asgi.h2_client import (
     check_drain,
     encode_frame,
 )
-from tests.asgi.support import Served, serving
-from trio_graceful.asgi._protocols import DrainingH2Protocol
+from trio_graceful._core._statetable import IllegalTransitionError
+from trio_graceful.asgi._protocols import (
+    DRAIN_PHASES,
+    DrainingH2Protocol,
+    DrainPhase,
+    DrainStep,
+)
 
 RUNS = 20
 
@@ -288,3 +294,30 @@ async def test_a_stream_opened_between_stop_and_the_goaway_is_refused(
 
 
 PING = encode_frame(Type.PING, 0, 0, bytes(8))
+
+
+def test_a_drain_sends_its_goaways_in_order_and_never_goes_back() -> None:
+    # h11-style: the table alone, step by step; a refused move says why.
+    serving, announced, closed = DrainPhase
+    assert DRAIN_PHASES.move(serving, DrainStep.ANNOUNCE, subject="d") is announced
+    assert DRAIN_PHASES.move(announced, DrainStep.CLOSE, subject="d") is closed
+    assert DRAIN_PHASES.reachable([serving]) == {announced, closed}
+    assert DRAIN_PHASES.left() == {serving, announced}  # closed is final
+    with pytest.raises(
+        IllegalTransitionError,
+        match=(
+            r"^an HTTP/2 connection's drain cannot announce the drain while "
+            r"announced; that is legal only while serving$"
+        ),
+    ):
+        DRAIN_PHASES.move(
+            announced, DrainStep.ANNOUNCE, subject="an HTTP/2 connection's drain"
+        )
+    with pytest.raises(
+        IllegalTransitionError,
+        match=(
+            r"^d cannot close the connection while serving; "
+            r"that is legal only while announced$"
+        ),
+    ):
+        DRAIN_PHASES.move(serving, DrainStep.CLOSE, subject="d")

@@ -24,8 +24,8 @@ from hyperframe.frame import DataFrame, Frame, GoAwayFrame, RstStreamFrame
 from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import connect as websocket_connect
 
-from tests.asgi.apps import Log, make_app
-from tests.asgi.support import Served, serving
+from tests.support.asgi_app import Log, make_app
+from tests.support.asgi_server import Served, serving
 
 pytestmark = pytest.mark.realtime
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.examples_loader import load_example
+from tests.support.examples import load_example
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import trio
 
-from tests.examples.asgi_process_clients import (
+from tests.support.asgi_process import (
     PATIENCE,
     STOP_LINE,
     H11Client,
@@ -33,7 +33,7 @@ from tests.examples.asgi_process_clients import (
     open_websocket,
     shutdown_time,
 )
-from tests.process_support import refused
+from tests.support.processes import refused
 
 pytestmark = pytest.mark.realtime
 

@@ -1,6 +1,6 @@
 """examples/asgi_service.py drained over HTTP/2, as a real process, by SIGTERM.
 
-Raw HTTP/2 clients with prior knowledge (tests/asgi/h2_client.py) read
+Raw HTTP/2 clients with prior knowledge (tests/support/h2_client.py) read
 every frame, so that the test sees whether each stream ended, what each
 GOAWAY named and whether a FIN followed the last one. Many connections are
 drained at once: each is one more chance for a stream's end to race the
@@ -14,8 +14,8 @@ import signal
 import pytest
 import trio
 
-from tests.asgi.h2_client import H2Client, check_drain
-from tests.examples.asgi_process_clients import PATIENCE, STOP_LINE, open_service
+from tests.support.asgi_process import PATIENCE, STOP_LINE, open_service
+from tests.support.h2_client import H2Client, check_drain
 
 pytestmark = pytest.mark.realtime
 

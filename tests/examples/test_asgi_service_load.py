@@ -27,8 +27,8 @@ import h11
 import pytest
 import trio
 
-from tests.examples.asgi_process_clients import encode_get, open_service
-from tests.process_support import PATIENCE
+from tests.support.asgi_process import encode_get, open_service
+from tests.support.processes import PATIENCE
 
 pytestmark = pytest.mark.realtime
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.examples_loader import EXAMPLES
+from tests.support.examples import EXAMPLES
 
 pytestmark = pytest.mark.realtime
 

@@ -24,8 +24,12 @@ import attrs
 import yaml
 
 import trio_graceful
-from tests.examples_loader import load_example
-from trio_graceful._run._budget import WATCHDOG_MARGIN, StopTimes, fit_stop_budget
+from tests.support.examples import load_example
+from trio_graceful._run._shutdown._stoptime import (
+    WATCHDOG_MARGIN,
+    StopTimes,
+    fit_stop_budget,
+)
 
 DEPLOY = Path(__file__).resolve().parent.parent.parent / "docs" / "deploy"
 EXAMPLE = "websocket_close_server.py"

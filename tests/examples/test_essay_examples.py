@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.examples_loader import EXAMPLES, load_example
+from tests.support.examples import EXAMPLES, load_example
 
 ESSAY = sorted(p.stem for p in EXAMPLES.glob("essay_[0-9]_*.py"))
 

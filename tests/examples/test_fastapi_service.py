@@ -12,8 +12,8 @@ import httpx
 import pytest
 import trio
 
-from tests.examples_loader import EXAMPLES
-from tests.process_support import PATIENCE, LineReader, running
+from tests.support.examples import EXAMPLES
+from tests.support.processes import PATIENCE, LineReader, running
 
 pytestmark = pytest.mark.realtime
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.examples.wire_clients import open_trio_websocket
-from tests.examples_loader import EXAMPLES
+from tests.support.examples import EXAMPLES
+from tests.support.websocket_clients import open_trio_websocket
 
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 if str(BENCH) not in sys.path:

@@ -24,7 +24,7 @@ from mcp.client.stdio import get_default_environment
 from mcp_types import CallToolResult, TextContent
 
 import trio_graceful
-from tests.mcp_support import (
+from tests.support.mcp_wire import (
     EXAMPLE,
     SDK_RUN,
     ServerProcess,
@@ -33,7 +33,7 @@ from tests.mcp_support import (
     text_of,
     tool_call,
 )
-from tests.process_support import children_of
+from tests.support.processes import children_of
 
 pytestmark = pytest.mark.realtime
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import trio
 
-from tests.examples_loader import load_example
+from tests.support.examples import load_example
 from trio_graceful import ChildOutcome
 
 

@@ -20,7 +20,7 @@ import trio
 import trio.testing
 
 import trio_graceful
-from tests.examples_loader import EXAMPLES, load_example
+from tests.support.examples import EXAMPLES, load_example
 
 example = load_example("tcp_echo_server")
 

@@ -26,7 +26,8 @@ import trio_websocket
 import wsproto.events
 
 import trio_graceful
-from tests.examples.wire_clients import (
+from tests.support.examples import EXAMPLES, load_example
+from tests.support.websocket_clients import (
     BINARY,
     CLOSE,
     CONTINUATION,
@@ -40,7 +41,6 @@ from tests.examples.wire_clients import (
     open_wire_client,
     pipelining_client,
 )
-from tests.examples_loader import EXAMPLES, load_example
 
 example = load_example("websocket_close_server")
 connection = load_example("websocket_connection")

@@ -28,15 +28,15 @@ import pytest
 import trio
 import wsproto.events
 
-from tests.examples.wire_clients import (
+from tests.support.examples import EXAMPLES
+from tests.support.processes import ProcessLog, open_logged_process, refused
+from tests.support.websocket_clients import (
     ClientRecord,
     WireClient,
     open_wire_client,
     pipelining_client,
     websockets_clients,
 )
-from tests.examples_loader import EXAMPLES
-from tests.process_support import ProcessLog, open_logged_process, refused
 
 pytestmark = pytest.mark.realtime
 

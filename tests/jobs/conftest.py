@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from . import support
+from tests.support import jobs as support
 
 
 @pytest.fixture(autouse=True)

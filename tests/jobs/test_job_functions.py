@@ -20,6 +20,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support.jobs import mock_store, serving, stubborn
 from trio_graceful.jobs import (
     JobContext,
     JobEvent,
@@ -29,8 +30,6 @@ from trio_graceful.jobs import (
     open_store,
 )
 from trio_graceful.jobs._traceback import HEAD, TAIL
-
-from .support import mock_store, serving, stubborn
 
 S = JobState
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.support import jobs as support
+from tests.support.jobs import mock_store
 from trio_graceful.jobs import (
     IllegalJobTransitionError,
     JobEvent,
@@ -21,9 +23,6 @@ from trio_graceful.jobs import (
     WorkerReplacedError,
     open_store,
 )
-
-from . import support
-from .support import mock_store
 
 S = JobState
 

@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support.jobs import mock_store, serving, steps, stubborn
 from trio_graceful import TraceKind, current_bundle, record_trace
 from trio_graceful.jobs import (
     CallTimeoutError,
@@ -17,8 +18,6 @@ from trio_graceful.jobs import (
     JobStore,
     Worker,
 )
-
-from .support import mock_store, serving, steps, stubborn
 
 S = JobState
 

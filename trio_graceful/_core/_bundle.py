@@ -1,21 +1,24 @@
 """Bundles: nurseries whose children can be cancelled with a grace period.
 
-A `Bundle` is the policy on top of three mechanisms, each in its own module:
-the two-nursery shape that lets the children be cancelled without the body
-(`_topology`), the record of one cancellation (`_cancellation`), and the
-fan-out of STOP to inboxes and callbacks (`_stopfanout`). What the bundle
-itself owns is its phase, from one transition table::
+A `Bundle` is the policy on top of four mechanisms, each in its own module:
+the nurseries that let the children be cancelled without the body
+(`_topology`), the listener of the children's starts and ends
+(`_childwatch`), one cancellation with its record and its waiters
+(`_cancellation`), and the fan-out of STOP to inboxes and callbacks
+(`_stopfanout`). What the bundle itself owns is its phase (`_phase`, one
+transition table)::
 
     OPEN ──cancel()──▶ CANCELLING ──last child ended──▶ CLOSED
       └────────────────block exited─────────────────────▶
 
-and what ties the pieces together: which child's end is recorded where,
-what is traced, and the checks on its callers.
+and what ties the pieces together: which of them exist, and the checks on
+its callers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast, final
@@ -23,18 +26,20 @@ from typing import TYPE_CHECKING, Any, Final, cast, final
 import attrs
 import trio
 
-from ._callers import check_child_says, check_waiter
-from ._cancellation import Cancellation
+from ._callerchecks import check_child_says, check_waiter
+from ._cancellation import CancelDriver
+from ._checks import check_seconds
 from ._childwatch import ChildWatch
 from ._inbox import InboxReceiver, InboxSender
-from ._paths import Place, bundle_path, register, task_path, unregister
+from ._log import plural
+from ._lowlevel import NoPublicConstructor
+from ._paths import Place, bundle_path, register, unregister
 from ._phase import BundlePhase, PhaseRecord
 from ._report import BundleStatistics, CancelReport
 from ._startable import check_startable
 from ._stopfanout import StopFanout
-from ._topology import TwoLevelNursery
+from ._topology import BundleNurseries
 from ._trace import TraceKind, emit, tracing
-from ._util import NoPublicConstructor, check_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -65,14 +70,14 @@ class Bundle(metaclass=NoPublicConstructor):
     """
 
     _name: str
-    _levels: TwoLevelNursery
+    _nurseries: BundleNurseries
     _token: trio.lowlevel.TrioToken
     # The bundle around the one that opened this, when it opened.
     _parent: Place | None
     _phase: PhaseRecord
     _path: str | None = None
     # Created by the first cancel() call.
-    _cancellation: Cancellation | None = None
+    _cancellation: CancelDriver | None = None
     # Created when the first inbox, callback or shutdown needs it.
     _fanout: StopFanout | None = None
     # Listens to the children's starts and ends; created when needed.
@@ -81,7 +86,7 @@ class Bundle(metaclass=NoPublicConstructor):
     def __repr__(self) -> str:
         return (
             f"<trio_graceful.Bundle {self._name!r} {self._phase.phase.value}, "
-            f"{self._levels.live} children at {id(self):#x}>"
+            f"{plural(self._nurseries.live, 'child', 'children')} at {id(self):#x}>"
         )
 
     # -- the trio.Nursery surface -------------------------------------------
@@ -110,17 +115,17 @@ class Bundle(metaclass=NoPublicConstructor):
 
         Cancelling it hard-cancels everything at once, body included.
         """
-        return self._levels.outer.cancel_scope
+        return self._nurseries.outer.cancel_scope
 
     @property
     def child_tasks(self) -> frozenset[trio.lowlevel.Task]:
         """The children still running, as `trio.Nursery.child_tasks`."""
-        return self._levels.children
+        return self._nurseries.children
 
     @property
     def parent_task(self) -> trio.lowlevel.Task:
         """The task that opened the bundle, as `trio.Nursery.parent_task`."""
-        return self._levels.outer.parent_task
+        return self._nurseries.outer.parent_task
 
     def as_nursery(self) -> trio.Nursery:
         """Return this bundle, typed as a `trio.Nursery` for type checkers.
@@ -169,8 +174,8 @@ class Bundle(metaclass=NoPublicConstructor):
         if self._phase.phase is BundlePhase.CLOSED:
             self._phase.check_open()
         if tracing.active:
-            self.watch_children()
-        self._levels.start_soon(async_fn, args, async_fn if name is None else name)
+            self._watch_children()
+        self._nurseries.start_soon(async_fn, args, async_fn if name is None else name)
 
     async def start(
         self,
@@ -196,8 +201,8 @@ class Bundle(metaclass=NoPublicConstructor):
         self._phase.check_open()
         check_startable(async_fn)
         if tracing.active:
-            self.watch_children()
-        return await self._levels.start(
+            self._watch_children()
+        return await self._nurseries.start(
             async_fn, args, async_fn if name is None else name
         )
 
@@ -210,7 +215,7 @@ class Bundle(metaclass=NoPublicConstructor):
         The earliest ``now + grace`` asked of `cancel` so far.
         """
         cancellation = self._cancellation
-        return math.inf if cancellation is None else cancellation.deadline
+        return math.inf if cancellation is None else cancellation.record.deadline
 
     @property
     def cancelling(self) -> bool:
@@ -311,7 +316,7 @@ class Bundle(metaclass=NoPublicConstructor):
         Children still starting under `start` count too. Like ``task in
         bundle.child_tasks`` without copying the set. Not a checkpoint.
         """
-        return isinstance(task, trio.lowlevel.Task) and self._levels.is_child(task)
+        return isinstance(task, trio.lowlevel.Task) and self._nurseries.is_child(task)
 
     def open_inbox(
         self, max_buffer_size: int | float = 0, *, stop_first: bool = False
@@ -341,7 +346,7 @@ class Bundle(metaclass=NoPublicConstructor):
     def statistics(self) -> BundleStatistics:
         """Return a `BundleStatistics` snapshot. Not a checkpoint."""
         return BundleStatistics(
-            children_running=self._levels.live,
+            children_running=self._nurseries.live,
             cancelling=self._phase.phase is BundlePhase.CANCELLING,
             closed=self._phase.phase is BundlePhase.CLOSED,
             hard_deadline=self.hard_deadline,
@@ -364,7 +369,7 @@ class Bundle(metaclass=NoPublicConstructor):
         """
         task = trio.lowlevel.current_task()
         check_child_says("note", "text", text, self._name, task in self)
-        self.watch_children().notes().note(task, text)
+        self._watch_children().notes().note(task, text)
 
     def note_abandoned(self, what: str) -> None:
         """Record that the calling child leaves ``what`` running as it ends.
@@ -380,58 +385,47 @@ class Bundle(metaclass=NoPublicConstructor):
         """
         task = trio.lowlevel.current_task()
         check_child_says("note_abandoned", "what", what, self._name, task in self)
-        self.watch_children().notes().note_abandoned(task, what)
-
-    def child_name(self, task: trio.lowlevel.Task) -> str:
-        """Return the name ``task`` goes by in paths (a `Place` of ``_paths``)."""
-        return self.watch_children().name(task)
-
-    def watch_children(self) -> ChildWatch:
-        """Listen to the children from now on (a `Place` of ``_paths``)."""
-        watch = self._watch
-        if watch is None:
-            watch = self._watch = ChildWatch(
-                self, self._levels, on_finished=self._cancel_finished
-            )
-        if self._levels.events is None:
-            self._levels.events = watch.events()
-        return watch
+        self._watch_children().notes().note_abandoned(task, what)
 
     # -- internals --------------------------------------------------------------
 
+    def _child_name(self, task: trio.lowlevel.Task) -> str:
+        # The name ``task`` goes by in paths (for ``_paths``, whose Place this is).
+        return self._watch_children().name(task)
+
+    def _watch_children(self) -> ChildWatch:
+        # Listen to the children from now on (also for ``_paths``).
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = ChildWatch(self, self._nurseries)
+        if self._nurseries.events is None:
+            self._nurseries.events = watch.events()
+        return watch
+
     def _check_caller(self, method: str) -> None:
         check_waiter(
-            method, self._name, self._token, self._levels.inner, self.parent_task
+            method, self._name, self._token, self._nurseries.inner, self.parent_task
         )
 
     async def _cancel(self, grace: float) -> CancelReport:
-        now = trio.current_time()
         cancellation = self._cancellation
         if cancellation is None:
-            cancellation = self._cancellation = Cancellation(
-                self._levels, self._name, self.path, started_at=now
-            )
-            if self._phase.phase is BundlePhase.OPEN:
-                self._phase.move_to(BundlePhase.CANCELLING)
-            self.watch_children().follow(cancellation)
-        cancellation.move_deadline(now + grace)
-        if tracing.active:
-            emit(
-                TraceKind.CANCEL_STARTED,
+            cancellation = self._cancellation = CancelDriver(
+                self._nurseries,
+                self._name,
                 self.path,
-                task_path(trio.lowlevel.current_task()),
-                grace=grace,
-                deadline=cancellation.deadline,
+                on_finished=functools.partial(
+                    self._phase.close, "cancel() has finished"
+                ),
             )
-        if cancellation.finish_if_done():
-            self._cancel_finished()
+            self._phase.begin_cancelling()
+            self._watch_children().follow(cancellation)
+        cancellation.ask(grace)
+        cancellation.finish_if_done()
         return await cancellation.wait()
 
-    def _cancel_finished(self) -> None:
-        self._phase.close("cancel() has finished")
-
     def _opened(self) -> None:
-        register(self, self.parent_task, self._levels.inner)
+        register(self, self.parent_task, self._nurseries.inner)
         if tracing.active:
             emit(TraceKind.BUNDLE_OPENED, self.path)
 
@@ -442,9 +436,9 @@ class Bundle(metaclass=NoPublicConstructor):
 
     def _block_exited(self) -> None:
         # Every child has ended: nothing more to watch (and no cycle to keep).
-        self._levels.events = None
+        self._nurseries.events = None
         self._watch = None
         self._phase.close("its block has exited")
-        unregister(self, self.parent_task, self._levels.inner)
+        unregister(self, self.parent_task, self._nurseries.inner)
         if tracing.active:
             emit(TraceKind.BUNDLE_CLOSED, self.path)

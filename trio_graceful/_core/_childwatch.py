@@ -1,31 +1,48 @@
 """What a bundle hears of its children as they start and end.
 
-The two levels (``_topology``) tell their owner of each child's start, of
+The nurseries (``_topology``) tell their owner of each child's start, of
 its readiness under `Bundle.start` and of its end, but only while someone
 listens: a trace hook, a cancellation, or a child that left a note. A
 `ChildWatch` is that listener for one bundle: it traces the starts and the
-ends, hands each end to the bundle's cancellation (which may then be
-finished, and says so through a callback), and keeps what the live children
-said about themselves (`ChildNotes`: notes, and work left running) and the
-names their paths use (`TaskNames`), each forgotten as its child ends, so
-that a bundle that serves children for days keeps only what its live
-children said. Once a path has been asked for here, every child is named as
-it starts, so that live namesakes never share a path.
+ends, tells how each child ended (`outcome_of`) and hands the end to the
+bundle's cancellation (``_cancellation``), which records it. It keeps what
+the live children said about themselves (`ChildNotes`: notes, and work left
+running) and the names their paths use (`TaskNames`), each forgotten as its
+child ends, so that a bundle that serves children for days keeps only what
+its live children said. Once a path has been asked for here, every child is
+named as it starts, so that live namesakes never share a path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
 from typing import final
 
 import attrs
 import trio
 
-from ._cancellation import Cancellation, outcome_of
+from ._cancellation import CancelDriver
+from ._groups import is_cancellation
 from ._paths import Place, TaskNames, task_path
 from ._report import ChildOutcome
-from ._topology import ChildEvents, TwoLevelNursery
+from ._topology import BundleNurseries, ChildEvents
 from ._trace import TraceKind, emit, tracing
+
+
+def outcome_of(exc: BaseException | None, nurseries: BundleNurseries) -> ChildOutcome:
+    """How the calling child of ``nurseries`` ended, returning or raising ``exc``.
+
+    A child that returned while a hard cancel of it was in effect swallowed
+    the `trio.Cancelled` it was given: it counts as hard-cancelled.
+    """
+    if exc is not None:
+        return ChildOutcome.CANCELLED if is_cancellation(exc) else ChildOutcome.RAISED
+    # Walking the cancel scopes is the costly part: only when one was cancelled.
+    if (
+        nurseries.children_cancel_called or nurseries.outer.cancel_scope.cancel_called
+    ) and trio.current_effective_deadline() == -math.inf:
+        return ChildOutcome.CANCELLED
+    return ChildOutcome.FINISHED
 
 
 @attrs.define(eq=False)
@@ -66,37 +83,27 @@ class ChildWatch:
 
     Args:
         bundle: The bundle, for the paths of the trace events.
-        levels: Its two levels, which tell how a child ended.
-        on_finished: Called when a child's end finishes the cancellation
-            that the watch follows (see `follow`).
+        nurseries: Its nurseries, which tell how a child ended.
     """
 
     __slots__ = (
         "_bundle",
         "_cancellation",
-        "_levels",
         "_names",
         "_notes",
-        "_on_finished",
+        "_nurseries",
     )
 
-    def __init__(
-        self,
-        bundle: Place,
-        levels: TwoLevelNursery,
-        *,
-        on_finished: Callable[[], object],
-    ) -> None:
+    def __init__(self, bundle: Place, nurseries: BundleNurseries) -> None:
         self._bundle = bundle
-        self._levels = levels
-        self._on_finished = on_finished
+        self._nurseries = nurseries
         self._notes: ChildNotes | None = None
         # The names of the children in paths, from the first path asked for.
         self._names: TaskNames | None = None
         # Told of each end once the bundle is cancelling (follow()).
-        self._cancellation: Cancellation | None = None
+        self._cancellation: CancelDriver | None = None
 
-    def follow(self, cancellation: Cancellation) -> None:
+    def follow(self, cancellation: CancelDriver) -> None:
         """Hand each end to ``cancellation`` from now on. Not a checkpoint.
 
         A child's end is on the path of every shutdown: the cancellation is
@@ -105,7 +112,7 @@ class ChildWatch:
         self._cancellation = cancellation
 
     def events(self) -> ChildEvents:
-        """The callbacks to give the two levels."""
+        """The callbacks to give the nurseries."""
         return ChildEvents(
             self._started, self._started, self._ended, self._start_failed
         )
@@ -124,8 +131,8 @@ class ChildWatch:
         """
         names = self._names
         if names is None:
-            names = self._names = TaskNames.of_running(self._levels.children)
-        return names.name(task, child=self._levels.is_child(task))
+            names = self._names = TaskNames.of_running(self._nurseries.children)
+        return names.name(task, child=self._nurseries.is_child(task))
 
     def _started(self, task: trio.lowlevel.Task) -> None:
         """Name and trace a child as it first runs, or as it reports itself ready."""
@@ -141,7 +148,7 @@ class ChildWatch:
         if cancellation is None and not tracing.active:
             self._forget(task)
             return
-        outcome = outcome_of(exc, self._levels)
+        outcome = outcome_of(exc, self._nurseries)
         if tracing.active:
             bundle = self._bundle
             emit(
@@ -152,17 +159,14 @@ class ChildWatch:
                 detail=repr(exc) if outcome is ChildOutcome.RAISED else None,
             )
         abandoned, notes = self._forget(task)
-        if cancellation is not None and cancellation.child_ended(
-            task, exc, outcome, abandoned, notes
-        ):
-            self._on_finished()
+        if cancellation is not None:
+            cancellation.child_ended(task, exc, outcome, abandoned, notes)
 
     def _start_failed(self, task: trio.lowlevel.Task) -> None:
         """Forget a child that ended before it was ready: it was never ours."""
         self._forget(task)
-        cancellation = self._cancellation
-        if cancellation is not None and cancellation.finish_if_done():
-            self._on_finished()
+        if self._cancellation is not None:
+            self._cancellation.finish_if_done()
 
     def _forget(
         self, task: trio.lowlevel.Task

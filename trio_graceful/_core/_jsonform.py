@@ -103,6 +103,13 @@ def enum_from_json(kind: type[E], data: Mapping[str, Any], key: str) -> E:
     raise ValueError(f"{key} must be one of {[m.value for m in kind]}, not {value!r}")
 
 
+def optional_enum_from_json(
+    kind: type[E], data: Mapping[str, Any], key: str
+) -> E | None:
+    """Like `enum_from_json`, where `None` (JSON ``null``) is allowed too."""
+    return None if data.get(key) is None else enum_from_json(kind, data, key)
+
+
 def check_mapping(data: object, what: str) -> Mapping[str, Any]:
     """Return ``data`` if it is a mapping (a decoded JSON object).
 

@@ -1,10 +1,10 @@
 """`open_bundle` and `current_bundle`: a bundle's ``async with`` block, and finding it.
 
-The context manager opens the two levels (``_topology``), makes the `Bundle`
+The context manager opens the two nurseries (``_topology``), makes the `Bundle`
 around them and registers it in its run (``_paths``); leaving the block waits
 for the children as a nursery does, then closes the bundle. Both halves are
 protected from KeyboardInterrupt, as a nursery's are, so that an interrupt is
-raised in the body rather than between the levels. `current_bundle` finds
+raised in the body rather than between the nurseries. `current_bundle` finds
 the bundle around the calling task in the same registry.
 """
 
@@ -16,32 +16,36 @@ from typing import cast, final
 import trio
 
 from ._bundle import Bundle
+from ._checks import check_name
 from ._paths import enclosing_bundle
 from ._phase import PhaseRecord
-from ._topology import open_two_level
-from ._util import check_name
+from ._topology import open_bundle_nurseries
 
 
 @final
 class _BundleManager:
     """The async context manager returned by `open_bundle`."""
 
-    __slots__ = ("_bundle", "_levels", "_name")
+    __slots__ = ("_bundle", "_name", "_nurseries")
 
-    def __init__(self, name: str | None, *, one_level: bool = False) -> None:
+    def __init__(
+        self, name: str | None, *, cancel_body_with_children: bool = False
+    ) -> None:
         self._name = name
-        self._levels = open_two_level(one_level=one_level)
+        self._nurseries = open_bundle_nurseries(
+            cancel_body_with_children=cancel_body_with_children
+        )
         self._bundle: Bundle | None = None
 
     @trio.lowlevel.enable_ki_protection
     async def __aenter__(self) -> Bundle:
         task = trio.lowlevel.current_task()
         name = self._name if self._name is not None else f"bundle in {task.name}"
-        self._levels.owner = f"bundle {name!r}"
-        levels = await self._levels.__aenter__()
+        self._nurseries.owner = f"bundle {name!r}"
+        nurseries = await self._nurseries.__aenter__()
         bundle = self._bundle = Bundle._create(  # pyright: ignore[reportPrivateUsage]
             name,
-            levels,
+            nurseries,
             trio.lowlevel.current_trio_token(),
             enclosing_bundle(task),
             PhaseRecord(name),
@@ -58,7 +62,7 @@ class _BundleManager:
     ) -> bool | None:
         assert self._bundle is not None
         try:
-            return await self._levels.__aexit__(etype, exc, tb)
+            return await self._nurseries.__aexit__(etype, exc, tb)
         finally:
             self._bundle._block_exited()  # pyright: ignore[reportPrivateUsage]
 
@@ -83,7 +87,7 @@ def open_bundle(*, name: str | None = None) -> _BundleManager:
     Raises:
         TypeError: if ``name`` is not a string or None.
     """
-    return _BundleManager(check_name(name))
+    return _BundleManager(check_name("name", name))
 
 
 def open_bundle_cancelling_body(*, name: str) -> _BundleManager:
@@ -97,7 +101,7 @@ def open_bundle_cancelling_body(*, name: str) -> _BundleManager:
     bundle. It costs one nursery and no host task, and entering the block
     is not a checkpoint.
     """
-    return _BundleManager(name, one_level=True)
+    return _BundleManager(name, cancel_body_with_children=True)
 
 
 def current_bundle() -> Bundle:

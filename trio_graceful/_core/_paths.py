@@ -54,11 +54,14 @@ class Place(Protocol):
         """The task that opened the bundle."""
         ...
 
-    def child_name(self, task: trio.lowlevel.Task) -> str:
+    # Hooks for this module only, underscored as trio underscores
+    # ``Nursery._add_exc``: not part of a bundle's public surface.
+
+    def _child_name(self, task: trio.lowlevel.Task) -> str:
         """Return the name ``task``, a task in the bundle, goes by in paths."""
         ...
 
-    def watch_children(self) -> object:
+    def _watch_children(self) -> object:
         """Listen to the children's starts and ends from now on."""
         ...
 
@@ -83,7 +86,7 @@ class _OpenBundles:
     def watch_all(self) -> None:
         """Make every open bundle listen to its children (a hook was added)."""
         for bundle in self.by_nursery.values():
-            bundle.watch_children()
+            bundle._watch_children()  # pyright: ignore[reportPrivateUsage]
 
 
 _open_bundles: trio.lowlevel.RunVar[_OpenBundles] = trio.lowlevel.RunVar(
@@ -176,7 +179,8 @@ def task_path(task: trio.lowlevel.Task, bundle: Place | None = None) -> str:
         bundle = enclosing_bundle(task, bodies=False)
     if bundle is None:
         return task.name
-    path = registry.task_paths[task] = f"{bundle.path}/{bundle.child_name(task)}"
+    name = bundle._child_name(task)  # pyright: ignore[reportPrivateUsage]
+    path = registry.task_paths[task] = f"{bundle.path}/{name}"
     return path
 
 

@@ -3,7 +3,8 @@
 ``open`` becomes ``cancelling`` when `Bundle.cancel` is first called;
 ``cancelling`` becomes ``closed`` when the last child has ended; ``open``
 becomes ``closed`` when the block exits without a cancellation. Nothing else
-is legal: a move off the table raises and changes nothing.
+is legal: a move off the table raises `IllegalTransitionError` and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import enum
 from typing import Final
 
 import attrs
+
+from ._statetable import StateTable
 
 
 class BundlePhase(enum.Enum):
@@ -22,12 +25,21 @@ class BundlePhase(enum.Enum):
     CLOSED = "closed"
 
 
-# The phases a bundle may move to from each phase.
-NEXT_PHASES: Final[dict[BundlePhase, frozenset[BundlePhase]]] = {
-    BundlePhase.OPEN: frozenset({BundlePhase.CANCELLING, BundlePhase.CLOSED}),
-    BundlePhase.CANCELLING: frozenset({BundlePhase.CLOSED}),
-    BundlePhase.CLOSED: frozenset(),
-}
+class PhaseEvent(enum.Enum):
+    """What moves a bundle from one phase to the next."""
+
+    CANCEL = "begin cancelling"
+    CLOSE = "close"
+
+
+PHASES: Final = StateTable[BundlePhase, PhaseEvent](
+    {
+        (BundlePhase.OPEN, PhaseEvent.CANCEL): BundlePhase.CANCELLING,
+        (BundlePhase.OPEN, PhaseEvent.CLOSE): BundlePhase.CLOSED,
+        (BundlePhase.CANCELLING, PhaseEvent.CLOSE): BundlePhase.CLOSED,
+    },
+    BundlePhase,
+)
 
 
 @attrs.define(eq=False)
@@ -38,23 +50,24 @@ class PhaseRecord:
     phase: BundlePhase = BundlePhase.OPEN
     _closed_reason: str = ""
 
-    def move_to(self, phase: BundlePhase) -> None:
-        """Go to ``phase``; see the table in the module docstring.
+    def begin_cancelling(self) -> None:
+        """Go from open to cancelling, if the bundle is open.
 
-        Raises:
-            RuntimeError: if the table has no such move.
+        A cancellation that starts once the bundle is closed (its block has
+        exited, and every child has ended) has nothing to wait for: the
+        phase stays closed.
         """
-        if phase not in NEXT_PHASES[self.phase]:
-            raise RuntimeError(
-                f"bundle {self._name!r} cannot go from {self.phase.value} to "
-                f"{phase.value}"
+        if self.phase is BundlePhase.OPEN:
+            self.phase = PHASES.move(
+                self.phase, PhaseEvent.CANCEL, subject=f"bundle {self._name!r}"
             )
-        self.phase = phase
 
     def close(self, reason: str) -> None:
         """Close the bundle, saying ``reason`` to later starters, unless it is."""
         if self.phase is not BundlePhase.CLOSED:
-            self.move_to(BundlePhase.CLOSED)
+            self.phase = PHASES.move(
+                self.phase, PhaseEvent.CLOSE, subject=f"bundle {self._name!r}"
+            )
             self._closed_reason = reason
 
     def check_open(self, consequence: str = "no new tasks can be started") -> None:

@@ -25,6 +25,7 @@ from ._jsonform import (
     float_to_json,
     list_from_json,
     load_json_object,
+    optional_enum_from_json,
     optional_float_from_json,
     str_from_json,
     strings_from_json,
@@ -43,6 +44,32 @@ class ChildOutcome(enum.Enum):
 
     RAISED = "raised"
     """The child raised an exception other than `trio.Cancelled`."""
+
+
+class HardCancelCause(enum.Enum):
+    """Why a bundle's children were hard-cancelled (`CancelReport.hard_cancel_cause`).
+
+    Recorded where the hard cancel starts, once: the first cause is the one
+    reported, whatever comes after it.
+    """
+
+    GRACE_EXPIRED = "grace_expired"
+    """The hard deadline passed with children still running."""
+
+    NO_GRACE = "no_grace"
+    """`Bundle.cancel` or `Bundle.shutdown` was called with a grace of 0, as
+    the runner does to force its shutdown at a second signal."""
+
+    CALLER_CANCELLED = "caller_cancelled"
+    """A task waiting in `Bundle.cancel` (or `Bundle.shutdown`) was cancelled."""
+
+    CHILD_RAISED = "child_raised"
+    """A child raised an exception other than `trio.Cancelled`, which
+    cancels its siblings, as in a nursery."""
+
+    CANCELLED_FROM_OUTSIDE = "cancelled_from_outside"
+    """The children were cancelled from outside the cancellation, by the
+    bundle's `Bundle.cancel_scope` or by a scope around the bundle."""
 
 
 @attrs.frozen
@@ -145,6 +172,9 @@ class CancelReport:
     hard_cancelled_at: float | None
     """When the children were hard-cancelled, or `None` if they all ended in time."""
 
+    hard_cancel_cause: HardCancelCause | None
+    """Why the children were hard-cancelled, or `None` if they all ended in time."""
+
     children: tuple[ChildEnd, ...]
     """One entry per child, in the order the children ended."""
 
@@ -161,7 +191,8 @@ class CancelReport:
         Beside each Trio time ``x`` stands ``x_wall``, the same instant on
         the wall clock (seconds since the epoch, see `wall_clock_offset`).
         JSON has no infinity: an infinite deadline is written ``"inf"``.
-        Not a checkpoint.
+        Enums are written as their values: ``"hard_cancel_cause":
+        "grace_expired"``, or ``null``. Not a checkpoint.
         """
         offset = self.wall_clock_offset
         return {
@@ -178,6 +209,9 @@ class CancelReport:
                 else float_to_json(self.hard_cancelled_at)
             ),
             "hard_cancelled_at_wall": wall(self.hard_cancelled_at, offset),
+            "hard_cancel_cause": (
+                None if self.hard_cancel_cause is None else self.hard_cancel_cause.value
+            ),
             "wall_clock_offset": offset,
             "children": [
                 child.as_dict(wall_clock_offset=offset) for child in self.children
@@ -209,6 +243,9 @@ class CancelReport:
             finished_at=float_from_json(data, "finished_at"),
             hard_deadline=float_from_json(data, "hard_deadline"),
             hard_cancelled_at=optional_float_from_json(data, "hard_cancelled_at"),
+            hard_cancel_cause=optional_enum_from_json(
+                HardCancelCause, data, "hard_cancel_cause"
+            ),
             children=tuple(
                 ChildEnd.from_dict(c) for c in list_from_json(data, "children")
             ),

@@ -1,10 +1,10 @@
 """The shape of a bundle: a body and its children in two nurseries, errors as one.
 
-``async with open_two_level() as levels: BODY`` builds::
+``async with open_bundle_nurseries() as nurseries: BODY`` builds::
 
-    outer nursery (levels.outer.cancel_scope)   <- the body runs here
+    outer nursery (nurseries.outer.cancel_scope)    <- the body runs here
     └── host task
-        └── inner nursery (levels.children_scope) <- every child runs here
+        └── inner nursery (nurseries.inner.cancel_scope) <- every child runs here
 
 so that the children can be cancelled (or given a deadline) without the
 body, while everything else behaves like one plain nursery: cancelling the
@@ -12,16 +12,17 @@ outer scope cancels body and children, a child that raises cancels its
 siblings and the body at once, and the exception group that leaves the block
 has the shape, and the order, that a plain nursery's would have.
 
-With ``one_level=True`` there is no host: the children run in the outer
-nursery beside the body, so that cancelling them cancels the body too. That
-is for an owner whose body only waits and does its own work after the block.
+With ``cancel_body_with_children=True`` there is no host and no second
+nursery: the children run in the outer one beside the body, so that
+cancelling them cancels the body too. That is for an owner whose body only
+waits and does its own work after the block.
 
 This module knows nothing of grace periods, STOP or reports: it runs
 children, counts them, and tells its owner (if asked) when each starts and ends.
-Children started with `TwoLevelNursery.start` are still under their caller
+Children started with `BundleNurseries.start` are still under their caller
 until they call ``task_status.started()``; each gets a cancel scope of its
-own meanwhile, so that `TwoLevelNursery.cancel_children` and
-`TwoLevelNursery.set_children_deadline` reach them too.
+own meanwhile, so that `BundleNurseries.cancel_children` and
+`BundleNurseries.set_children_deadline` reach them too.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from typing import TYPE_CHECKING, Any, cast, final
 import attrs
 import trio
 
+from ._groups import as_group, first_leaf, is_cancellation
+from ._lowlevel import ForwardingTaskStatus, forbid_abort
 from ._startable import as_coroutine, coroutine_of
-from ._util import ForwardingTaskStatus, as_group, first_leaf, forbid_abort
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 
 @attrs.frozen
 class ChildEvents:
-    """What a `TwoLevelNursery` tells its owner about its children, when asked to."""
+    """What a `BundleNurseries` tells its owner about its children, when asked to."""
 
     started: Callable[[trio.lowlevel.Task], object]
     """A child started with ``start_soon()`` runs for the first time."""
@@ -61,25 +63,20 @@ class ChildEvents:
     """A child ended before it was ready; its error went to its starter."""
 
 
-def is_cancellation(exc: BaseException) -> bool:
-    """True if ``exc`` is `trio.Cancelled`, or a group holding only Cancelled."""
-    if isinstance(exc, trio.Cancelled):
-        return True
-    group = as_group(exc)
-    return group is not None and group.split(trio.Cancelled)[1] is None
-
-
 @final
-class TwoLevelNursery:
-    """The nurseries of one bundle; see the module docstring. Use `open_two_level`."""
+class BundleNurseries:
+    """The nurseries of one bundle; see the module docstring.
+
+    Use `open_bundle_nurseries`.
+    """
 
     __slots__ = (
         "_body_ended",
+        "_cancel_body_with_children",
         "_children_error",
         "_early_errors",
         "_host",
         "_manager",
-        "_one_level",
         "_opener",
         "_start_scopes",
         "events",
@@ -89,8 +86,8 @@ class TwoLevelNursery:
         "owner",
     )
 
-    def __init__(self, *, one_level: bool = False) -> None:
-        self._one_level = one_level
+    def __init__(self, *, cancel_body_with_children: bool = False) -> None:
+        self._cancel_body_with_children = cancel_body_with_children
         self._manager = trio.open_nursery()
         self.outer: trio.Nursery
         self.inner: trio.Nursery
@@ -117,7 +114,7 @@ class TwoLevelNursery:
     @trio.lowlevel.enable_ki_protection
     async def __aenter__(self) -> Self:
         self.outer = await self._manager.__aenter__()
-        if self._one_level:
+        if self._cancel_body_with_children:
             self.inner = self.outer
             return self
         self._opener = trio.lowlevel.current_task()
@@ -382,10 +379,13 @@ def _leaf_ids(group: BaseExceptionGroup[BaseException]) -> set[int]:
     return ids
 
 
-def open_two_level(*, one_level: bool = False) -> TwoLevelNursery:
-    """Return the async context manager of a new `TwoLevelNursery`.
+def open_bundle_nurseries(
+    *, cancel_body_with_children: bool = False
+) -> BundleNurseries:
+    """Return the async context manager of a new `BundleNurseries`.
 
     Entering is a schedule point but not a cancel point (not even a schedule
-    point with ``one_level``); leaving is a checkpoint, as for a nursery.
+    point with ``cancel_body_with_children``); leaving is a checkpoint, as
+    for a nursery.
     """
-    return TwoLevelNursery(one_level=one_level)
+    return BundleNurseries(cancel_body_with_children=cancel_body_with_children)

@@ -64,23 +64,12 @@ from __future__ import annotations
 
 from typing import TypeVar, cast, final
 
-from .._util import check_buffer_size
+from .._checks import check_bool, check_buffer_size
 from ._receiver import InboxReceiver as InboxReceiver
 from ._sender import InboxSender as InboxSender
 from ._state import InboxState as InboxState, InboxStatistics as InboxStatistics
 
 T = TypeVar("T")
-
-
-def check_stop_first(value: object) -> bool:
-    """Return ``value`` if it is a bool: the ``stop_first`` option.
-
-    Raises:
-        TypeError: if it is anything else.
-    """
-    if not isinstance(value, bool):
-        raise TypeError(f"stop_first must be True or False, not {value!r}")
-    return value
 
 
 def open_inbox_with_state(
@@ -92,7 +81,8 @@ def open_inbox_with_state(
         TypeError, ValueError: as `open_inbox` does.
     """
     state: InboxState[T] = InboxState(
-        check_buffer_size(max_buffer_size), check_stop_first(stop_first)
+        check_buffer_size("max_buffer_size", max_buffer_size),
+        check_bool("stop_first", stop_first),
     )
     # (not InboxSender[T]._create: a generic alias costs a lookup per inbox)
     sends, receives = state.add_sender(), state.add_receiver()

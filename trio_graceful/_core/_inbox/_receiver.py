@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 import attrs
 import trio
 
+from .._lowlevel import NoPublicConstructor
 from .._stop import STOP, StopType
-from .._util import NoPublicConstructor
 from ._state import Endpoint, InboxState, InboxStatistics
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, TypeVar, final
 import attrs
 import trio
 
+from .._lowlevel import NoPublicConstructor
 from .._stop import STOP
-from .._util import NoPublicConstructor
 from ._state import Endpoint, InboxState, InboxStatistics
 
 if TYPE_CHECKING:

@@ -1,0 +1,1 @@
+"""What the tests share: servers, clients, processes and checks."""
