@@ -13,17 +13,17 @@ import trio
 import trio.testing
 
 from trio_graceful import STOP, open_bundle, open_inbox
-from trio_graceful._core._inboxstate import InboxState
-from trio_graceful._core._stopposition import (
+from trio_graceful._core._inbox._state import (
     INITIAL_POSITION,
     REQUESTED,
+    TABLE,
     TRANSITIONS,
+    InboxState,
+    InboxStatistics,
     StopEvent,
     StopPosition,
-    StopPositionError,
-    legal_sources,
-    next_position,
 )
+from trio_graceful._core._statetable import IllegalTransitionError
 
 _P = StopPosition
 _E = StopEvent
@@ -81,7 +81,7 @@ def test_every_legal_transition(source, event):
     state.position = source
     state.apply(event)
     assert state.position is TRANSITIONS[source, event]
-    assert next_position(source, event) is TRANSITIONS[source, event]
+    assert TABLE.move(source, event, subject="STOP") is TRANSITIONS[source, event]
 
 
 @pytest.mark.parametrize(("source", "event"), ILLEGAL)
@@ -89,9 +89,9 @@ def test_every_illegal_transition_raises_and_changes_nothing(source, event):
     state = InboxState[int](3)
     state.position = source
     before = snapshot(state)
-    legal = " or ".join(p.value for p in legal_sources(event))
+    legal = " or ".join(p.value for p in TABLE.legal_sources(event))
     with pytest.raises(
-        StopPositionError,
+        IllegalTransitionError,
         match=rf"^STOP cannot {event.value} while {source.value}; "
         rf"that is legal only while {legal}$",
     ):
@@ -100,9 +100,9 @@ def test_every_illegal_transition_raises_and_changes_nothing(source, event):
 
 
 def test_legal_sources():
-    assert legal_sources(_E.REACH) == (_P.IN_BUFFER,)
-    assert legal_sources(_E.REQUEST) == (_P.NONE, _P.ENDED)
-    assert legal_sources(_E.END) == (
+    assert TABLE.legal_sources(_E.REACH) == (_P.IN_BUFFER,)
+    assert TABLE.legal_sources(_E.REQUEST) == (_P.NONE, _P.ENDED)
+    assert TABLE.legal_sources(_E.END) == (
         _P.NONE,
         _P.BEHIND_SENDERS,
         _P.IN_BUFFER,
@@ -113,6 +113,40 @@ def test_legal_sources():
 
 
 # -- the positions an inbox goes through --------------------------------------
+
+
+def test_each_change_to_the_queue_moves_stop_itself():
+    # Driven by hand, with no task waiting: every method that changes the
+    # queue moves STOP as far as it can go, and no caller has to ask.
+    state = InboxState[int](2)
+    sender, receiver = state.add_sender(), state.add_receiver()
+    state.send_nowait(sender, 1)
+    state.stop()
+    # nobody was blocked in send: STOP went past them into the buffer
+    assert state.position is _P.IN_BUFFER
+    assert list(state.data) == [1, STOP]
+    assert state.buffer_used() == 1
+    assert state.receive_nowait(receiver) == 1
+    assert state.stop_is_next(receiver)
+    assert state.receive_nowait(receiver) is STOP
+    assert state.position is _P.REACHED
+    assert receiver.stop_seen
+    assert not state.data
+    state.close_sender(sender)
+    with pytest.raises(trio.EndOfChannel):
+        state.receive_nowait(receiver)
+    assert state.position is _P.REACHED
+    assert state.statistics() == InboxStatistics(
+        current_buffer_used=0,
+        max_buffer_size=2,
+        open_send_channels=0,
+        open_receive_channels=1,
+        tasks_waiting_send=0,
+        tasks_waiting_receive=0,
+        peak_buffer_used=1,
+        stop_requested=True,
+        stop_delivered=True,
+    )
 
 
 def position(inbox: object) -> StopPosition:

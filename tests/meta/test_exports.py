@@ -215,7 +215,7 @@ def test_a_name_reads_as_the_package_own_before_it_is_asked_for():
 def test_defined_in_names_the_private_module_of_every_class_and_function():
     defined_in: dict[str, str] = trio_graceful._defined_in  # type: ignore[attr-defined]
     assert defined_in["Bundle"] == "trio_graceful._core._bundle"
-    assert defined_in["InboxReceiver"] == "trio_graceful._core._inboxreceiver"
+    assert defined_in["InboxReceiver"] == "trio_graceful._core._inbox._receiver"
     assert {*defined_in} >= {
         name
         for name in _public(trio_graceful)

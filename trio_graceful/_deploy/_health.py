@@ -45,7 +45,7 @@ import h11
 import trio
 
 from .._core._checks import check_count, field_check
-from .._core._inboxreceiver import InboxReceiver
+from .._core._inbox import InboxReceiver
 from .._core._log import library_logger, plural
 from .._core._lowlevel import NoPublicConstructor
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from .._core._checks import check_name, check_port, check_seconds
-from .._core._inboxreceiver import InboxReceiver
+from .._core._inbox import InboxReceiver
 from ._health import HealthAnswer, HealthEndpoint
 
 

@@ -1,27 +1,23 @@
 """The receive side of an inbox: `InboxReceiver`, with STOP and its idle points.
 
-Like ``trio.MemoryReceiveChannel`` (see the map in `trio_graceful._core._inbox`),
+Like ``trio.MemoryReceiveChannel`` (see the map in the package's docstring),
 plus what a worker needs around `STOP`: `InboxReceiver.until_stop` (wait on an
 outside source until STOP is next), `InboxReceiver.iter_until_stop` (loop over
 a source channel that way) and `InboxReceiver.drain_nowait` (take what is
-still queued).
+still queued). Each operation makes its changes through the `InboxState`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
 import attrs
 import trio
-from outcome import Error
-from trio.lowlevel import Task
 
-from ._inboxstate import Endpoint, InboxState, InboxStatistics
-from ._lowlevel import NoPublicConstructor
-from ._stop import STOP, StopType
-from ._stopposition import StopPosition
-from ._trace import TraceKind, tracing
+from .._lowlevel import NoPublicConstructor
+from .._stop import STOP, StopType
+from ._state import Endpoint, InboxState, InboxStatistics
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -33,8 +29,6 @@ if TYPE_CHECKING:
 T_co = TypeVar("T_co", covariant=True)
 R = TypeVar("R")
 U = TypeVar("U")
-
-_NONE = StopPosition.NONE
 
 
 @final
@@ -62,9 +56,6 @@ class InboxReceiver(
     _state: InboxState[T_co]
     _me: Endpoint
 
-    def __attrs_post_init__(self) -> None:
-        self._state.open_receive_channels += 1
-
     def __repr__(self) -> str:
         return (
             f"<inbox receiver at {id(self):#x}, using buffer at {id(self._state):#x}>"
@@ -88,39 +79,7 @@ class InboxReceiver(
             trio.EndOfChannel: if every sender is closed and the queue is empty.
             trio.ClosedResourceError: if this receiver was closed.
         """
-        me = self._me
-        if me.closed:
-            raise trio.ClosedResourceError
-        state = self._state
-        position = state.position
-        if position is not _NONE and state.stop_is_next(me):
-            return self._take_stop()
-        if state.send_tasks:
-            # The buffer is full: let the first waiting sender in, as Trio does.
-            waiter, (sender, value) = state.send_tasks.popitem(last=False)
-            assert isinstance(waiter, Task)
-            sender.tasks.remove(waiter)
-            trio.lowlevel.reschedule(waiter)
-            state.append(value)
-            # Fall through
-        if state.data:
-            message = state.data.popleft()
-            if position is not _NONE:
-                state.advance()  # STOP may be next now
-            return message
-        if not state.open_send_channels:
-            state.end()
-            raise trio.EndOfChannel
-        raise trio.WouldBlock
-
-    def _take_stop(self) -> StopType:
-        state = self._state
-        self._me.stop_seen = True
-        if state.position is StopPosition.IN_BUFFER:
-            state.take_stop()
-        if tracing.active:
-            state.trace(TraceKind.STOP_RECEIVED, trio.lowlevel.current_task())
-        return STOP
+        return self._state.receive_nowait(self._me)
 
     @trio.lowlevel.enable_ki_protection
     async def receive(self) -> T_co | StopType:
@@ -135,8 +94,9 @@ class InboxReceiver(
                 waiting.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        me, state = self._me, self._state
         try:
-            value = self.receive_nowait()
+            value = state.receive_nowait(me)
         except trio.WouldBlock:
             pass
         else:
@@ -144,13 +104,10 @@ class InboxReceiver(
             return value
 
         task = trio.lowlevel.current_task()
-        me, state = self._me, self._state
-        me.tasks.add(task)
-        state.receive_tasks[task] = me
+        state.add_waiting_receiver(task, me)
 
         def abort_fn(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-            me.tasks.remove(task)
-            del state.receive_tasks[task]
+            state.remove_waiting_receiver(task, me)
             return trio.lowlevel.Abort.SUCCEEDED
 
         received: T_co | StopType = await trio.lowlevel.wait_task_rescheduled(abort_fn)
@@ -174,14 +131,7 @@ class InboxReceiver(
         Raises:
             trio.ClosedResourceError: if this receiver was closed.
         """
-        if self._me.closed:
-            raise trio.ClosedResourceError
-        state, me = self._state, self._me
-        messages: list[T_co] = []
-        while (state.data or state.send_tasks) and not state.stop_is_next(me):
-            # not STOP, which is not next
-            messages.append(cast("T_co", self.receive_nowait()))
-        return messages
+        return self._state.drain(self._me)
 
     async def until_stop(
         self,
@@ -230,7 +180,7 @@ class InboxReceiver(
                 raise trio.ClosedResourceError
             if state.stop_is_next(me):
                 if checkpointed:
-                    return self._take_stop()
+                    return state.take_stop(me)
                 await trio.lowlevel.checkpoint()
                 checkpointed = True
                 continue  # look again: the checkpoint let others run
@@ -285,7 +235,7 @@ class InboxReceiver(
         """
         if self._me.closed:
             raise trio.ClosedResourceError
-        me = Endpoint(stop_seen=self._me.stop_seen)
+        me = self._state.add_receiver(stop_seen=self._me.stop_seen)
         return type(self)._create(self._state, me)  # pyright: ignore[reportPrivateUsage]
 
     def __enter__(self) -> Self:
@@ -320,32 +270,7 @@ class InboxReceiver(
         `trio.ClosedResourceError`. When the last receiver closes, the queue
         is dropped and senders get `trio.BrokenResourceError`.
         """
-        me = self._me
-        if me.closed:
-            return
-        me.closed = True
-        state = self._state
-        for task in me.tasks:
-            trio.lowlevel.reschedule(task, Error(trio.ClosedResourceError()))
-            del state.receive_tasks[task]
-        me.tasks.clear()
-        if state.watchers:
-            for scope, receiver in list(state.watchers.items()):
-                if receiver is me:
-                    scope.cancel(reason="the inbox receiver was closed")
-        state.open_receive_channels -= 1
-        if state.open_receive_channels == 0:
-            assert not state.receive_tasks
-            for waiter, (sender, _) in state.send_tasks.items():
-                if isinstance(waiter, Task):
-                    sender.tasks.remove(waiter)
-                    trio.lowlevel.reschedule(waiter, Error(trio.BrokenResourceError()))
-            state.send_tasks.clear()
-            state.data.clear()
-            state.end()
-            if state.on_receivers_closed is not None:
-                state.on_receivers_closed(state)
-                state.on_receivers_closed = None
+        self._state.close_receiver(self._me)
 
     @trio.lowlevel.enable_ki_protection
     async def aclose(self) -> None:
