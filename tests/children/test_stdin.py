@@ -70,7 +70,7 @@ async def test_a_pipe_already_closed(pipe):
             await lines.receive()
 
 
-async def test_a_regular_file():
+async def test_a_regular_file_is_read_to_its_last_line():
     with tempfile.TemporaryFile() as file:
         file.write(b"a\n" * 50_000 + b"last\n")
         file.flush()
@@ -80,7 +80,7 @@ async def test_a_regular_file():
     assert received == [b"a\n"] * 50_000 + [b"last\n"]
 
 
-async def test_dev_null():
+async def test_dev_null_ends_at_once():
     fd = os.open(os.devnull, os.O_RDONLY)
     try:
         async with open_stdin_lines(fd=fd) as lines:
@@ -247,7 +247,7 @@ async def test_closing_wakes_the_receiver_and_keeps_the_descriptor(pipe):
     assert os.read(read_end, 100) == b"still open\n"
 
 
-def test_bad_descriptors():
+def test_a_descriptor_that_is_not_a_valid_int_is_refused_naming_fd():
     with pytest.raises(TypeError, match=r"^fd must be an int, not '0'$"):
         open_stdin_lines(fd="0")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^fd must be an int, not True$"):

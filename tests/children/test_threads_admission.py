@@ -89,7 +89,7 @@ def test_gate_release_without_acquire_is_refused():
     assert gate.statistics().in_use == 0
 
 
-def test_gate_properties():
+def test_a_gate_keeps_its_quota_and_name():
     gate = AdmissionGate(3, name="beat")
     assert (gate.quota, gate.name) == (3, "beat")
     assert AdmissionGate(1).name is None

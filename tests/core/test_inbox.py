@@ -22,7 +22,7 @@ from trio_graceful import (
 # -- the STOP sentinel --------------------------------------------------------
 
 
-def test_stop_sentinel():
+def test_stop_is_one_truthy_value_that_survives_pickling_and_names_itself():
     assert repr(STOP) == "trio_graceful.STOP"
     assert str(STOP) == "STOP"
     assert STOP is StopType.STOP

@@ -99,7 +99,7 @@ def test_every_illegal_transition_raises_and_changes_nothing(source, event):
     assert snapshot(state) == before
 
 
-def test_legal_sources():
+def test_stop_is_reached_only_from_the_buffer_and_requested_only_before_or_after_it():
     assert TABLE.legal_sources(_E.REACH) == (_P.IN_BUFFER,)
     assert TABLE.legal_sources(_E.REQUEST) == (_P.NONE, _P.ENDED)
     assert TABLE.legal_sources(_E.END) == (

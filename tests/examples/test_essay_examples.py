@@ -160,7 +160,7 @@ def test_examples_run_as_scripts(name):
     assert result.stderr == ""
 
 
-def test_there_are_six():
+def test_the_essay_shows_six_examples():
     assert len(ESSAY) == 6
 
 

@@ -790,7 +790,7 @@ def test_bad_server_options(options, error, message):
         example.WorkServer(**options)
 
 
-def test_options_default():
+def test_without_options_the_server_listens_on_8000_with_the_documented_graces():
     args = example.parse_args([])
     assert (args.host, args.port, args.grace, args.request_grace) == (
         "127.0.0.1",

@@ -27,6 +27,7 @@ import trio_graceful
 from tests.jobs.test_job_worker import make_worker, wait_for_state
 from tests.support import jobs as support
 from tests.support.jobs import serving, steps, stubborn
+from tests.support.lifecycles import lifecycle_in
 from trio_graceful import open_inbox
 from trio_graceful._run._program._lifecycle import LifecycleState
 from trio_graceful.jobs import (
@@ -165,8 +166,6 @@ async def test_a_shutdown_during_an_outage_ends_with_the_grace(
 async def test_an_outage_degrades_the_lifecycle_with_its_reason_and_recovers(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    from tests.test_lifecycle import lifecycle_in
-
     store = locked_store(tmp_path / "jobs.db")
     lifecycle = lifecycle_in(LifecycleState.READY)
     access = StoreAccess(store, "worker w1", lifecycle)
@@ -187,8 +186,6 @@ async def test_an_outage_degrades_the_lifecycle_with_its_reason_and_recovers(
 async def test_recovering_leaves_a_degradation_that_is_not_its_own(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    from tests.test_lifecycle import lifecycle_in
-
     store = locked_store(tmp_path / "jobs.db")
     lifecycle = lifecycle_in(LifecycleState.READY)
     access = StoreAccess(store, "worker w1", lifecycle)

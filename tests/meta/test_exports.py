@@ -223,5 +223,5 @@ def test_defined_in_names_the_private_module_of_every_class_and_function():
     }
 
 
-def test_version():
+def test_the_version_has_three_parts_at_least():
     assert trio_graceful.__version__.count(".") >= 2

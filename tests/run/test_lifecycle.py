@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections import deque
 
 import pytest
 import trio
 import trio.testing
 from hypothesis import given, strategies as st
 
+from tests.support.lifecycles import lifecycle_in, new_lifecycle
 from trio_graceful import (
     IllegalTransitionError,
     Lifecycle,
@@ -33,31 +33,6 @@ from trio_graceful._run._program._lifecycle import (
 )
 
 S = LifecycleState
-
-
-def new_lifecycle(name: str = "svc") -> Lifecycle:
-    return Lifecycle._create(name)
-
-
-def path_to(state: LifecycleState) -> list[LifecycleEvent]:
-    """The shortest sequence of events from the initial state to ``state``."""
-    paths: dict[LifecycleState, list[LifecycleEvent]] = {INITIAL_STATE: []}
-    todo = deque([INITIAL_STATE])
-    while todo:
-        source = todo.popleft()
-        for (from_state, event), target in TRANSITIONS.items():
-            if from_state is source and target not in paths:
-                paths[target] = [*paths[source], event]
-                todo.append(target)
-    return paths[state]
-
-
-def lifecycle_in(state: LifecycleState) -> Lifecycle:
-    lifecycle = new_lifecycle()
-    for event in path_to(state):
-        lifecycle._transition(event, f"on the way to {state.value}")
-    assert lifecycle.state is state
-    return lifecycle
 
 
 def snapshot(lifecycle: Lifecycle) -> tuple[object, ...]:
@@ -235,7 +210,7 @@ def test_no_public_constructor():
         Lifecycle("x")  # type: ignore[call-arg]
 
 
-async def test_repr_and_name():
+async def test_a_lifecycle_shows_its_name_and_state():
     lifecycle = lifecycle_in(S.DEGRADED)
     assert lifecycle.name == "svc"
     assert repr(lifecycle) == "<trio_graceful.Lifecycle 'svc' degraded>"

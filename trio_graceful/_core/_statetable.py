@@ -106,23 +106,3 @@ class StateTable(Generic[S, E]):
     def left(self) -> frozenset[S]:
         """The states some event leads out of: every state that is not final."""
         return frozenset(source for source, _ in self.transitions)
-
-
-# The module-level forms, for tables not yet held in a `StateTable`.
-
-
-def legal_sources(
-    table: Mapping[tuple[S, E], S], states: Iterable[S], event: E
-) -> tuple[S, ...]:
-    """The states in which ``event`` is legal, in the order of ``states``."""
-    return StateTable(table, states).legal_sources(event)
-
-
-def reachable(table: Mapping[tuple[S, E], S], starts: Iterable[S]) -> frozenset[S]:
-    """The states that one transition or more lead to from any of ``starts``."""
-    return StateTable(table, ()).reachable(starts)
-
-
-def describe_sources(sources: Iterable[object]) -> str:
-    """``"ready or degraded"``: the values of enum members, for messages."""
-    return " or ".join(map(_word, sources))
