@@ -40,28 +40,24 @@ def snapshot(state: InboxState[int]) -> dict[str, object]:
 # -- the table ----------------------------------------------------------------
 
 
-def test_the_table_is_what_the_rules_say():
-    assert dict(TRANSITIONS) == {
-        (_P.NONE, _E.REQUEST): _P.BEHIND_SENDERS,
-        (_P.NONE, _E.REQUEST_FIRST): _P.REACHED,
-        (_P.NONE, _E.END): _P.ENDED,
-        (_P.BEHIND_SENDERS, _E.PASS_SENDERS): _P.IN_BUFFER,
-        (_P.BEHIND_SENDERS, _E.END): _P.MOOT,
-        (_P.IN_BUFFER, _E.REACH): _P.REACHED,
-        (_P.IN_BUFFER, _E.END): _P.MOOT,
-        (_P.REACHED, _E.END): _P.REACHED,
-        (_P.ENDED, _E.REQUEST): _P.MOOT,
-        (_P.ENDED, _E.REQUEST_FIRST): _P.MOOT,
-        (_P.ENDED, _E.END): _P.ENDED,
-        (_P.MOOT, _E.END): _P.MOOT,
-    }
+def test_every_position_is_reached_from_the_start_and_every_inbox_can_end():
     assert INITIAL_POSITION is _P.NONE
-    assert {p for p in StopPosition if p in REQUESTED} == {
-        _P.BEHIND_SENDERS,
-        _P.IN_BUFFER,
-        _P.REACHED,
-        _P.MOOT,
-    }
+    assert TABLE.reachable([INITIAL_POSITION]) == set(StopPosition) - {_P.NONE}
+    assert TABLE.legal_sources(_E.END) == tuple(StopPosition)
+    # STOP is requested once it has been asked for, reached or not.
+    requested = TABLE.reachable(
+        TRANSITIONS[_P.NONE, event] for event in (_E.REQUEST, _E.REQUEST_FIRST)
+    )
+    assert (
+        REQUESTED
+        == requested | {_P.BEHIND_SENDERS}
+        == {
+            _P.BEHIND_SENDERS,
+            _P.IN_BUFFER,
+            _P.REACHED,
+            _P.MOOT,
+        }
+    )
 
 
 def test_stop_only_moves_forward():
