@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from trio_graceful import STOP, open_bundle, open_inbox
-from trio_graceful._core._inbox._state import (
+from trio_graceful._core._inbox._shared import (
     INITIAL_POSITION,
     REQUESTED,
     TABLE,

@@ -67,7 +67,7 @@ from typing import TypeVar, cast, final
 from .._checks import check_bool, check_buffer_size
 from ._receiver import InboxReceiver as InboxReceiver
 from ._sender import InboxSender as InboxSender
-from ._state import InboxState as InboxState, InboxStatistics as InboxStatistics
+from ._shared import InboxState as InboxState, InboxStatistics as InboxStatistics
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ import trio
 
 from .._lowlevel import NoPublicConstructor
 from .._stop import STOP
-from ._state import Endpoint, InboxState, InboxStatistics
+from ._shared import Endpoint, InboxState, InboxStatistics
 
 if TYPE_CHECKING:
     from types import TracebackType
