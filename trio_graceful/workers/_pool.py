@@ -194,8 +194,8 @@ class WorkerPool(metaclass=NoPublicConstructor):
         changed.set()
 
     def _crashed(self, worker: Worker) -> None:
-        if self._ended:
-            return
+        if self._ended or self._failure is not None:
+            return  # the pool is stopping: nothing is replaced
         now = time.monotonic()
         self._crashes.append(now)
         while self._crashes[0] < now - self._window:
@@ -214,7 +214,7 @@ class WorkerPool(metaclass=NoPublicConstructor):
         logger.warning(
             "%s ended unexpectedly: it %s%s; replacing it",
             worker.name(),
-            worker.describe_end(),
+            worker.fault or worker.describe_end(),
             status,
         )
         if len(self._members()) < self._target:
@@ -312,7 +312,7 @@ class WorkerPool(metaclass=NoPublicConstructor):
                 await self._wait_changed()
             if new.state is not WorkerState.READY:
                 await self._retire(new, "reload failed")
-                failure = f"{new.name()} {new.describe_end()}"
+                failure = f"{new.name()} {new.fault or new.describe_end()}"
                 if new.status:
                     failure += f"; its last status: {new.status}"
                 break

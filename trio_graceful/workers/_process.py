@@ -110,11 +110,14 @@ class Worker:
     # Set when the supervisor itself stops it (reload, scale, shutdown): its
     # end is then no crash.
     retired: bool = attrs.field(default=False, init=False)
+    # What went wrong before it was ready ("was not ready within 3 s").
+    fault: str = attrs.field(default="", init=False)
     exited: trio.Event = attrs.field(factory=trio.Event, init=False)
     # Set, and replaced by a fresh one, at every change the worker's own
     # tasks wait for: a stop asked for, readiness, the process's end.
     _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _process_ended: bool = attrs.field(default=False, init=False)
+    _process_handle: trio.Process | None = attrs.field(default=None, init=False)
     _stop_grace: float = attrs.field(default=math.inf, init=False)
 
     @property
@@ -134,7 +137,7 @@ class Worker:
     def describe_end(self) -> str:
         code = self.returncode
         if code is None:
-            return "could not be started"
+            return self.fault or "could not be started"
         if code < 0:
             try:
                 return f"was ended by {signal.Signals(-code).name}"
@@ -178,7 +181,8 @@ class Worker:
         (``task_status``) once the process runs, or has failed to start.
         """
         path = os.path.join(folder, f"notify-{self.number}")
-        notifications = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        notifications = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        notifications.setblocking(False)
         env = {
             **options.get("env", os.environ),
             "NOTIFY_SOCKET": path,
@@ -186,19 +190,33 @@ class Worker:
             GENERATION_VARIABLE: str(self.generation),
         }
         with notifications:
-            await notifications.bind(path)
-            async with trio.open_nursery() as helpers:
-                helpers.start_soon(self._listen, notifications, on_change)
-                try:
-                    await self._run_process(
-                        command,
-                        {**options, "env": env},
-                        (ready_timeout, grace),
-                        helpers,
-                        task_status,
-                    )
-                finally:
-                    helpers.cancel_scope.cancel()
+            notifications.bind(path)
+            try:
+                async with trio.open_nursery() as helpers:
+                    helpers.start_soon(self._listen, notifications, on_change)
+                    try:
+                        await self._run_process(
+                            command,
+                            {**options, "env": env},
+                            (ready_timeout, grace),
+                            helpers,
+                            task_status,
+                        )
+                    finally:
+                        helpers.cancel_scope.cancel()
+            except BaseException:
+                # Hard-cancelled (the process got SIGKILL): no crash of its own.
+                self.retired = True
+                raise
+            finally:
+                # What it said just before it ended counts too (its last status).
+                self._read_notifications(notifications, on_change)
+                self._end(on_change)
+
+    def _end(self, on_change: Callable[[Worker], None]) -> None:
+        process = self._process_handle
+        if process is not None:
+            self.returncode = process.returncode
         if self.state is not WorkerState.EXITED:
             self._move(_Event.EXIT)
         logger.info("%s %s", self.name(), self.describe_end())
@@ -219,11 +237,12 @@ class Worker:
                     functools.partial(self._process, command, options)
                 )
             except OSError as exc:
-                self.status = f"could not be started: {exc}"
-                logger.error("worker %d %s", self.number, self.status)
+                self.fault = f"could not be started: {exc}"
+                logger.error("worker %d %s", self.number, self.fault)
                 task_status.started()
                 return
             self.pid = process.pid
+            self._process_handle = process
             logger.info("%s started", self.name())
             helpers.start_soon(self._ready_deadline, *ready)
             task_status.started()
@@ -231,7 +250,6 @@ class Worker:
                 await self._changed.wait()
             if not self._process_ended:
                 await own.shutdown(self._stop_grace)
-        self.returncode = process.returncode
 
     async def _process(
         self,
@@ -250,16 +268,26 @@ class Worker:
         with trio.move_on_after(timeout):
             while self.state is WorkerState.STARTING and not self._process_ended:
                 await self._changed.wait()
-        if self.state is WorkerState.STARTING:
-            self.status = self.status or f"not ready within {timeout:g} s"
-            logger.warning("%s is not ready within %g s", self.name(), timeout)
+        if self.state is WorkerState.STARTING and not self._process_ended:
+            self.fault = f"was not ready within {timeout:g} s"
+            logger.warning("%s %s", self.name(), self.fault)
             self.request_stop(grace, "not ready")
 
     async def _listen(
-        self, sock: trio.socket.SocketType, on_change: Callable[[Worker], None]
+        self, sock: socket.socket, on_change: Callable[[Worker], None]
     ) -> None:
         while True:
-            datagram = await sock.recv(4096)
+            await trio.lowlevel.wait_readable(sock)
+            self._read_notifications(sock, on_change)
+
+    def _read_notifications(
+        self, sock: socket.socket, on_change: Callable[[Worker], None]
+    ) -> None:
+        while True:
+            try:
+                datagram = sock.recv(4096)
+            except BlockingIOError:
+                return
             fields: dict[str, str] = {}
             for line in datagram.decode(errors="replace").splitlines():
                 key, _, value = line.partition("=")

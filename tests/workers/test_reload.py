@@ -1,0 +1,96 @@
+"""Reloads of ``python -m trio_graceful.asgi``: under load, one worker, failures.
+
+Real processes, signals and sockets. Every wait is for a log line; the
+bounds are only guards against a hang.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.workers import asgi_command, open_supervisor, run_load
+
+pytestmark = pytest.mark.realtime
+
+
+async def test_reloads_under_load_lose_no_request():
+    command = asgi_command("--bind", "127.0.0.1:0", "--workers", "2")
+    async with open_supervisor(command, workers=2) as supervisor:
+        async with run_load(supervisor.port, 16) as load:
+            await load.wait_answered(50)
+            for reload in (1, 2):
+                supervisor.signal(signal.SIGHUP)
+                await supervisor.wait_for(rf"reload {reload} done")
+                await load.wait_answered(50)
+        supervisor.signal(signal.SIGTERM)
+        assert await supervisor.exit_status() == 0
+    assert load.tally.failures() == dict.fromkeys(load.tally.failures(), 0), (
+        load.tally.problems
+    )
+    # Only workers answered, and after the second reload, only its new ones.
+    started = supervisor.worker_pids("started")
+    assert load.tally.pids <= set(started.values())
+    assert load.tally.pids & {started[5], started[6]}
+    for generation in (0, 1, 2):
+        assert len(supervisor.lines_matching(rf"generation {generation}\) ready")) == 2
+
+
+async def test_a_one_worker_reload_has_two_workers_for_a_moment():
+    command = asgi_command("--bind", "127.0.0.1:0")
+    async with open_supervisor(command, workers=1) as supervisor:
+        async with run_load(supervisor.port, 8) as load:
+            await load.wait_answered(20)
+            supervisor.signal(signal.SIGHUP)
+            await supervisor.wait_for("reload 1 done")
+            await load.wait_answered(20)
+        supervisor.signal(signal.SIGINT)
+        assert await supervisor.exit_status() == 0
+    assert load.tally.failures() == dict.fromkeys(load.tally.failures(), 0), (
+        load.tally.problems
+    )
+    # The new worker was ready before the old one was told to stop.
+    order = supervisor.lines_matching(
+        r"worker 2 \(pid .*\) ready$|worker 1 \(pid .*\) stopping"
+    )
+    assert "ready" in order[0]
+    assert "stopping (replaced by worker 2)" in order[1]
+
+
+async def test_a_new_worker_that_fails_or_is_never_ready_leaves_the_old_one(
+    tmp_path: Path,
+):
+    mode = tmp_path / "mode"
+    command = asgi_command("--bind", "127.0.0.1:0", "--ready-timeout", "3")
+    env = {"WORKERS_APP_MODE": str(mode)}
+    async with open_supervisor(command, workers=1, env=env) as supervisor:
+        [old] = supervisor.worker_pids().values()
+        async with run_load(supervisor.port, 4) as load:
+            await load.wait_answered(10)
+            mode.write_text("fail")
+            supervisor.signal(signal.SIGHUP)
+            [failed] = await supervisor.wait_for(r"reload 1 failed: (.*)")
+            assert "worker 2" in failed.group(1)
+            assert "exited with status 1" in failed.group(1)
+            await load.wait_answered(10)
+            mode.write_text("hang")
+            supervisor.signal(signal.SIGHUP)
+            [failed] = await supervisor.wait_for(r"reload 2 failed: (.*)")
+            assert "worker 3" in failed.group(1)
+            assert "not ready within 3 s" in failed.group(1)
+            await load.wait_answered(10)
+            mode.write_text("")
+            supervisor.signal(signal.SIGHUP)
+            await supervisor.wait_for("reload 3 done")
+            await load.wait_answered(10)
+        supervisor.signal(signal.SIGTERM)
+        assert await supervisor.exit_status() == 0
+    assert load.tally.failures() == dict.fromkeys(load.tally.failures(), 0), (
+        load.tally.problems
+    )
+    [new] = [pid for number, pid in supervisor.worker_pids().items() if number == 4]
+    assert load.tally.pids == {old, new}
+    # The failed workers were stopped, none replaced as a crash.
+    assert not supervisor.lines_matching("ended unexpectedly")
