@@ -2,6 +2,8 @@
 
 * ``GET /work?ms=N&id=K`` answers ``{"id": K}`` after N ms on anyio's sleep,
   with the worker's process id in ``x-pid``.
+* a WebSocket at ``/echo`` answers each text with the text and the worker's
+  process id, until its server gets STOP: then it closes with 1001.
 
 ``$WORKERS_APP_MODE`` may name a file, read when a worker imports the app
 (so a reload, a fresh interpreter, reads it again): ``fail`` makes the
@@ -20,7 +22,10 @@ import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from trio_graceful.asgi import wait_stop
 
 
 def _mode() -> str:
@@ -42,6 +47,24 @@ async def work(request: Request) -> JSONResponse:
     )
 
 
+async def echo(websocket: WebSocket) -> None:
+    await websocket.accept()
+    async with anyio.create_task_group() as tasks:
+
+        async def close_at_stop() -> None:
+            await wait_stop()
+            await websocket.close(1001)
+            tasks.cancel_scope.cancel()
+
+        tasks.start_soon(close_at_stop)
+        try:
+            while True:
+                text = await websocket.receive_text()
+                await websocket.send_text(f"{text} {os.getpid()}")
+        except WebSocketDisconnect:
+            tasks.cancel_scope.cancel()
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     if MODE == "hang":
@@ -49,4 +72,6 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     yield
 
 
-app = Starlette(routes=[Route("/work", work)], lifespan=lifespan)
+app = Starlette(
+    routes=[Route("/work", work), WebSocketRoute("/echo", echo)], lifespan=lifespan
+)

@@ -10,7 +10,9 @@ import signal
 from pathlib import Path
 
 import pytest
+from wsproto.events import TextMessage
 
+from tests.support.websocket_clients import open_wire_client
 from tests.support.workers import asgi_command, open_supervisor, run_load
 
 pytestmark = pytest.mark.realtime
@@ -94,3 +96,42 @@ async def test_a_new_worker_that_fails_or_is_never_ready_leaves_the_old_one(
     assert load.tally.pids == {old, new}
     # The failed workers were stopped, none replaced as a crash.
     assert not supervisor.lines_matching("ended unexpectedly")
+
+
+async def test_sighups_during_a_reload_make_one_more_reload():
+    command = asgi_command("--bind", "127.0.0.1:0")
+    async with open_supervisor(command, workers=1) as supervisor:
+        supervisor.signal(signal.SIGHUP)
+        await supervisor.wait_for(r"reload 1 begins: replacing 1 workers")
+        for _ in range(3):
+            supervisor.signal(signal.SIGHUP)
+        await supervisor.wait_for("reload 1 done")
+        await supervisor.wait_for("reload 2 done")
+        supervisor.signal(signal.SIGTERM)
+        assert await supervisor.exit_status() == 0
+    assert not supervisor.lines_matching("reload 3")
+    # Each reload replaced the one worker: three generations, one at a time.
+    for generation in (0, 1, 2):
+        assert len(supervisor.lines_matching(rf"generation {generation}\) ready")) == 1
+
+
+async def test_a_websocket_hears_1001_at_a_reload_and_the_new_worker_serves_the_next():
+    command = asgi_command("--bind", "127.0.0.1:0")
+    async with open_supervisor(command, workers=1) as supervisor:
+        [old] = supervisor.worker_pids().values()
+        async with open_wire_client(supervisor.port, target="/echo") as websocket:
+            await websocket.send_text("before")
+            assert await websocket.receive() == TextMessage(f"before {old}")
+            supervisor.signal(signal.SIGHUP)
+            assert await websocket.receive_close() == (1001, "")
+            await websocket.send_close(1001)
+            await websocket.receive_eof()
+        await supervisor.wait_for("reload 1 done")
+        [new] = set(supervisor.worker_pids().values()) - {old}
+        async with open_wire_client(supervisor.port, target="/echo") as websocket:
+            await websocket.send_text("after")
+            assert await websocket.receive() == TextMessage(f"after {new}")
+            await websocket.send_close(1000)
+            assert await websocket.receive_close() == (1000, "")
+        supervisor.signal(signal.SIGTERM)
+        assert await supervisor.exit_status() == 0

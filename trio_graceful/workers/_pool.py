@@ -45,12 +45,9 @@ from typing import Any, Final, cast, final
 import attrs
 import trio
 
-from .._core._inbox import InboxReceiver
-from .._core._stop import STOP
+from .. import STOP, InboxReceiver, Lifecycle, LifecycleState, current_runner
 from .._core._util import NoPublicConstructor
 from .._deploy._sdnotify import SystemdNotifier, notifier_from_environment
-from .._run._lifecycle import Lifecycle, LifecycleState
-from .._run._runner import current_runner
 from ._process import Worker, WorkerInfo, WorkerState, logger
 from ._sockets import FDS_VARIABLE, describe
 
@@ -395,7 +392,7 @@ async def serve_workers(
     SIGHUP reloads (every worker replaced by a new one, one at a time, new
     worker first, each gated on its readiness), SIGTTIN adds a worker,
     SIGTTOU removes one; a worker that ends unexpectedly is replaced at once.
-    The module ``trio_graceful.workers._pool`` states the rules; the log
+    :doc:`workers` states the rules; the log
     (``trio_graceful.workers``) has a line for each worker's start, readiness,
     stop and end, with its number, process id and generation.
 

@@ -30,8 +30,7 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from .._children._process import run_process
-from .._core._openbundle import open_bundle
+from .. import open_bundle, run_process
 from .._core._statetable import StateTable
 
 logger = logging.getLogger("trio_graceful.workers")
