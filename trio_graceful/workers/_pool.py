@@ -32,6 +32,7 @@ The pool's rules, and why:
 from __future__ import annotations
 
 import collections
+import enum
 import math
 import os
 import signal
@@ -77,9 +78,12 @@ class WorkerPoolStatistics:
     """Every worker process that runs, by number."""
 
 
-_RELOAD: Final = "reload"
-_ADD: Final = "add"
-_REMOVE: Final = "remove"
+class _Change(enum.Enum):
+    """What the signals ask for, carried out one at a time, in order."""
+
+    RELOAD = "reload"
+    ADD = "add a worker"
+    REMOVE = "remove a worker"
 
 
 @final
@@ -114,7 +118,7 @@ class WorkerPool(metaclass=NoPublicConstructor):
         self._numbers = 0
         self._generation = 0
         self._crashes: collections.deque[float] = collections.deque()
-        self._changes_in, self._changes = trio.open_memory_channel[str](math.inf)
+        self._changes_in, self._changes = trio.open_memory_channel[_Change](math.inf)
         self._reload_queued = False
         self._reloading = False
         self._ended = False
@@ -142,15 +146,15 @@ class WorkerPool(metaclass=NoPublicConstructor):
             logger.info("a reload is queued already; this one is folded into it")
             return
         self._reload_queued = True
-        self._changes_in.send_nowait(_RELOAD)
+        self._changes_in.send_nowait(_Change.RELOAD)
 
     def add_worker(self) -> None:
         """Start one more worker (as SIGTTIN)."""
-        self._changes_in.send_nowait(_ADD)
+        self._changes_in.send_nowait(_Change.ADD)
 
     def remove_worker(self) -> None:
         """Stop one worker, which drains; never the last one (as SIGTTOU)."""
-        self._changes_in.send_nowait(_REMOVE)
+        self._changes_in.send_nowait(_Change.REMOVE)
 
     # -- running --------------------------------------------------------------
 
@@ -269,14 +273,14 @@ class WorkerPool(metaclass=NoPublicConstructor):
 
     async def _carry_out_changes(self) -> None:
         async for change in self._changes:
-            if change == _RELOAD:
+            if change is _Change.RELOAD:
                 self._reload_queued = False
                 self._reloading = True
                 try:
                     await self._reload()
                 finally:
                     self._reloading = False
-            elif change == _ADD:
+            elif change is _Change.ADD:
                 self._target += 1
                 logger.info("adding a worker: %d workers now", self._target)
                 self._spawn(member=True)
