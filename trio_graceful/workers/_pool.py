@@ -281,10 +281,7 @@ class WorkerPool(metaclass=NoPublicConstructor):
                 finally:
                     self._reloading = False
             elif change is _Change.ADD:
-                self._target += 1
-                logger.info("adding a worker: %d workers now", self._target)
-                self._spawn(member=True)
-                self._follow_readiness()
+                await self._add()
             elif self._target == 1:
                 logger.warning("not removing the last worker")
             else:
@@ -309,15 +306,9 @@ class WorkerPool(metaclass=NoPublicConstructor):
             if not worker.live:
                 continue  # ended meanwhile; its replacement is of this generation
             new = self._spawn(member=False)
-            while new.state is WorkerState.STARTING:
-                await self._wait_changed()
-            if new.state is not WorkerState.READY:
-                await self._retire(new, "reload failed")
-                failure = f"{new.name()} {new.fault or new.describe_end()}"
-                if new.status:
-                    failure += f"; its last status: {new.status}"
+            failure = await self._admit(new)
+            if failure:
                 break
-            new.member = True
             await self._retire(worker, f"replaced by worker {new.number}")
         if failure:
             logger.error(
@@ -329,6 +320,32 @@ class WorkerPool(metaclass=NoPublicConstructor):
         else:
             logger.info("reload %d done", generation)
             self._notifier.ready(status=f"reload {generation} done")
+
+    async def _add(self) -> None:
+        new = self._spawn(member=False)
+        failure = await self._admit(new)
+        if failure:
+            logger.error("adding a worker failed: %s", failure)
+        else:
+            self._target += 1
+            logger.info("added worker %d: %d workers now", new.number, self._target)
+
+    async def _admit(self, new: Worker) -> str:
+        """Wait until ``new`` is ready, and count it; return "" or what failed.
+
+        A worker that is not ready in time, or ends first, is stopped and
+        not counted: what it did is returned, for the log.
+        """
+        while new.state is WorkerState.STARTING:
+            await self._wait_changed()
+        if new.state is WorkerState.READY:
+            new.member = True
+            return ""
+        await self._retire(new, "not admitted")
+        failure = f"{new.name()} {new.fault or new.describe_end()}"
+        if new.status:
+            failure += f"; its last status: {new.status}"
+        return failure
 
     async def _retire(self, worker: Worker, why: str) -> None:
         worker.retired = True
