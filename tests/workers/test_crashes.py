@@ -116,6 +116,9 @@ async def test_a_second_signal_kills_the_draining_workers_at_once():
             supervisor.signal(signal.SIGTERM)
             await supervisor.wait_for(r"stopping \(the service stops\)", 2)
             await supervisor.wait_for(r"STOP: draining 1 connection")
+            # The idle worker has gone; the log names the one still draining.
+            [line] = await supervisor.wait_for(r"still draining: (.*)$")
+            assert re.fullmatch(r"worker \d \(pid \d+, generation 0\)", line[1])
             started = trio.current_time()
             supervisor.signal(signal.SIGTERM)
             status = await supervisor.exit_status()

@@ -56,6 +56,8 @@ DEFAULT_READY_TIMEOUT: Final = 30.0
 DEFAULT_MAX_RESTARTS: Final = 5
 DEFAULT_RESTART_WINDOW: Final = 10.0
 SIGNALS: Final = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
+PROGRESS_INTERVAL: Final = 5.0
+"""Seconds between the log lines naming the workers still draining at a stop."""
 
 
 class WorkerCrashLoopError(RuntimeError):
@@ -354,11 +356,18 @@ class WorkerPool(metaclass=NoPublicConstructor):
 
     async def _stop_all(self) -> None:
         self._ended = True
-        for worker in list(self._workers.values()):
+        draining = list(self._workers.values())
+        for worker in draining:
             worker.retired = True
             worker.request_stop(math.inf, "the service stops")
-        for worker in list(self._workers.values()):
-            await worker.exited.wait()
+        while draining:
+            with trio.move_on_after(PROGRESS_INTERVAL):
+                for worker in draining:
+                    await worker.exited.wait()
+            draining = [worker for worker in draining if not worker.exited.is_set()]
+            if draining:
+                names = ", ".join(worker.name() for worker in draining)
+                logger.info("still draining: %s", names)
 
     async def _take_signals(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
