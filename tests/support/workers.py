@@ -276,6 +276,20 @@ def _request_bytes(target: str) -> bytes:
     return data + (writer.send(h11.EndOfMessage()) or b"")
 
 
+async def get_status(port: int, target: str) -> int:
+    """The status of ``GET target`` on ``port``, on a connection of its own."""
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        client = h11.Connection(h11.CLIENT)
+        await stream.send_all(_request_bytes(target))
+        with trio.fail_after(PATIENCE):
+            while True:
+                event = client.next_event()
+                if event is h11.NEED_DATA:
+                    client.receive_data(await stream.receive_some())
+                elif isinstance(event, h11.Response):
+                    return event.status_code
+
+
 @contextlib.asynccontextmanager
 async def run_load(port: int, clients: int) -> AsyncIterator[Load]:
     """Run ``clients`` clients against ``port`` for the block; then stop them."""

@@ -17,6 +17,7 @@ import trio
 from tests.support.workers import (
     SUPPORT,
     asgi_command,
+    get_status,
     open_supervisor,
     run_load,
 )
@@ -25,9 +26,13 @@ pytestmark = pytest.mark.realtime
 
 
 async def test_a_sigkilled_worker_is_replaced_and_the_other_serves_on():
-    command = asgi_command("--bind", "127.0.0.1:0", "--workers", "2")
+    command = asgi_command(
+        *("--bind", "127.0.0.1:0", "--workers", "2", "--health-port", "0")
+    )
     async with open_supervisor(command, workers=2) as supervisor:
         pids = supervisor.worker_pids()
+        [health] = await supervisor.wait_for(r"health endpoint on port (\d+)")
+        assert await get_status(int(health[1]), "/readyz") == 200
         async with run_load(supervisor.port, 12) as load:
             await load.wait_answered(40)
             load.ignore_pids.add(pids[1])
@@ -38,6 +43,10 @@ async def test_a_sigkilled_worker_is_replaced_and_the_other_serves_on():
                 rf"it was ended by SIGKILL; its last status: .*; replacing it$"
             )
             await supervisor.wait_for(r"worker 3 \(pid \d+, generation 0\) ready")
+            # Degraded, never unready, while one worker of two was ready.
+            await supervisor.wait_for(r"ready -> degraded \(1 of 2 workers ready\)")
+            await supervisor.wait_for(r"degraded -> ready \(2 workers ready\)")
+            assert await get_status(int(health[1]), "/readyz") == 200
             await load.wait_answered(40)
         supervisor.signal(signal.SIGTERM)
         assert await supervisor.exit_status() == 0
