@@ -203,22 +203,18 @@ class WorkerPool(metaclass=NoPublicConstructor):
         self._crashes.append(now)
         while self._crashes[0] < now - self._window:
             self._crashes.popleft()
-        status = f"; its last status: {worker.status}" if worker.status else ""
         if len(self._crashes) > self._max_restarts:
             message = (
                 f"workers ended unexpectedly {len(self._crashes)} times within "
                 f"{self._window:g} s (at most {self._max_restarts} allowed); the "
-                f"last was {worker.name()}, which {worker.describe_end()}{status}"
+                f"last was {worker.name()}, which {_ending(worker)}"
             )
             logger.error("%s; stopping the service", message)
             self._failure = WorkerCrashLoopError(message)
             self._finish()
             return
         logger.warning(
-            "%s ended unexpectedly: it %s%s; replacing it",
-            worker.name(),
-            worker.fault or worker.describe_end(),
-            status,
+            "%s ended unexpectedly: it %s; replacing it", worker.name(), _ending(worker)
         )
         if len(self._members()) < self._target:
             self._spawn(member=True)
@@ -344,10 +340,7 @@ class WorkerPool(metaclass=NoPublicConstructor):
             new.member = True
             return ""
         await self._retire(new, "not admitted")
-        failure = f"{new.name()} {new.fault or new.describe_end()}"
-        if new.status:
-            failure += f"; its last status: {new.status}"
-        return failure
+        return f"{new.name()} {_ending(new)}"
 
     async def _retire(self, worker: Worker, why: str) -> None:
         worker.retired = True
@@ -383,6 +376,18 @@ class WorkerPool(metaclass=NoPublicConstructor):
         while await inbox.receive() is not STOP:
             pass
         self._finish()
+
+
+def _ending(worker: Worker) -> str:
+    """How a worker ended, for the log: what failed, or its end and last status.
+
+    A worker stopped for a fault (not ready in time) reports the fault: its
+    last status is then its own shutdown's.
+    """
+    if worker.fault:
+        return worker.fault
+    status = f"; its last status: {worker.status}" if worker.status else ""
+    return f"{worker.describe_end()}{status}"
 
 
 async def serve_workers(
