@@ -51,16 +51,25 @@ from typing import Any
 import trio
 
 from trio_graceful import open_inbox
-from trio_graceful.jobs import JobEvent, JobRecord, JobState, Worker, open_store
-from trio_graceful.jobs._sql import SqlQueries
+from trio_graceful.jobs import (
+    JobEvent,
+    JobRecord,
+    JobState,
+    Worker,
+    _client,
+    _holding,
+    open_store,
+)
+from trio_graceful.jobs._records import JobEnding
+from trio_graceful.jobs._sql import Database
 
 HERE = Path(__file__).resolve().parent
 WORKER_ARGS = ["--lease", "1", "--cancel-grace", "0.2"]
 EXAMPLE = HERE.parent / "examples" / "jobs_service.py"
 
 
-def queries(url: str) -> SqlQueries:
-    return open_store(url)._queries  # pyright: ignore[reportPrivateUsage]
+def queries(url: str) -> Database:
+    return open_store(url)._db  # pyright: ignore[reportPrivateUsage]
 
 
 BUSY_HANDLER = "hand-written, SQLite's busy handler"
@@ -73,17 +82,17 @@ def reset(url: str) -> None:
     q = queries(url)
     if url.startswith("postgresql"):
         # DELETE would leave dead rows for every later run's scans to skip.
-        q._execute(f"TRUNCATE {', '.join(TABLES)}")  # pyright: ignore[reportPrivateUsage]
+        q.execute(f"TRUNCATE {', '.join(TABLES)}")
     else:
         for table in TABLES:
-            q._execute(f"DELETE FROM {table}")  # pyright: ignore[reportPrivateUsage]
+            q.execute(f"DELETE FROM {table}")
     q.close()
 
 
 def submit_many(url: str, n: int, kind: str = "noop") -> None:
     q = queries(url)
     for _ in range(n):
-        q.submit(kind, {}, timeout=None, max_attempts=3, now=time.time())
+        _client.submit(q, kind, {}, timeout=None, max_attempts=3, now=time.time())
     q.close()
 
 
@@ -124,28 +133,29 @@ def hand_written_worker(url: str, job_ms: float, *, busy_handler: bool) -> None:
     """
     q = queries(url)
     if busy_handler:
-        q._execute("PRAGMA busy_timeout = 30000")  # pyright: ignore[reportPrivateUsage]
+        q.execute("PRAGMA busy_timeout = 30000")
     name = f"raw-{os.getpid()}"
     print("ready", flush=True)
     sys.stdin.readline()
     while (
-        job := q.claim(name, now=time.time(), lease=30, stale_after=None)
+        job := _holding.claim(q, name, now=time.time(), lease=30, stale_after=None)
     ) is not None:
         if job_ms:
             time.sleep(job_ms / 1000)
-        q.finish(job.id, JobEvent.COMPLETE, **completion(name))
+        _holding.finish(q, completion(job, name), now=time.time())
     q.close()
 
 
-def completion(worker: str) -> dict[str, Any]:
-    """How the hand-written loops complete a job of ``worker``'s, now."""
-    return {
-        "worker": worker,
-        "attempt": 1,
-        "now": time.time(),
-        "reason": "done",
-        "changes": {"result": "null"},
-    }
+def completion(job: JobRecord, worker: str) -> JobEnding:
+    """How the hand-written loops complete ``job``, of ``worker``'s."""
+    return JobEnding(
+        job_id=job.id,
+        event=JobEvent.COMPLETE,
+        worker=worker,
+        attempt=1,
+        reason="done",
+        changes={"result": "null"},
+    )
 
 
 def hand_written_trio_worker(url: str, job_ms: float) -> None:
@@ -160,10 +170,10 @@ def hand_written_trio_worker(url: str, job_ms: float) -> None:
     sys.stdin.readline()
 
     def settle_then_claim(job: JobRecord) -> JobRecord | None:
-        _, claimed = q.finish_then_claim(
-            job.id,
-            JobEvent.COMPLETE,
-            **completion(name),
+        _, claimed = _holding.finish_then_claim(
+            q,
+            completion(job, name),
+            now=time.time(),
             lease=30,
             stale_after=None,
             limit=1,
@@ -172,7 +182,7 @@ def hand_written_trio_worker(url: str, job_ms: float) -> None:
 
     async def main() -> None:
         job = await trio.to_thread.run_sync(
-            lambda: q.claim(name, now=time.time(), lease=30, stale_after=None)
+            lambda: _holding.claim(q, name, now=time.time(), lease=30, stale_after=None)
         )
         while job is not None:
             if job_ms:
@@ -196,12 +206,10 @@ def spawn(*args: str, cpu: int | None = None) -> subprocess.Popen[str]:
     return process
 
 
-def count_ended(q: SqlQueries) -> int:
+def count_ended(q: Database) -> int:
     terminal = [state.value for state in JobState if state.terminal]
     marks = ", ".join("?" * len(terminal))
-    rows = q._execute(  # pyright: ignore[reportPrivateUsage]
-        f"SELECT count(*) FROM jobs WHERE state IN ({marks})", terminal
-    )
+    rows = q.execute(f"SELECT count(*) FROM jobs WHERE state IN ({marks})", terminal)
     return int(rows[0][0])
 
 
@@ -314,12 +322,12 @@ def rescue_and_cancel(url: str, repetitions: int) -> dict[str, list[float]]:
             wait_for(url, cid, lambda j: j.progress is not None)
             q = queries(url)
             t0 = time.perf_counter()
-            q.request_cancel(cid, now=time.time())
+            _client.request_cancel(q, cid, now=time.time())
             q.close()
             t1 = wait_for(url, cid, lambda j: j.state is JobState.CANCELLED)
             times[f"cancel to cancelled, {label}"].append(t1 - t0)
         q = queries(url)
-        q.request_cancel(job_id, now=time.time())
+        _client.request_cancel(q, job_id, now=time.time())
         q.close()
         survivor.send_signal(signal.SIGTERM)
         survivor.wait()

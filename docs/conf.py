@@ -8,6 +8,7 @@ from pathlib import Path
 import trio_graceful
 import trio_graceful.asgi
 import trio_graceful.jobs
+import trio_graceful.lowlevel
 import trio_graceful.mcp
 
 # The packages present their names as trio_graceful.X and
@@ -18,6 +19,7 @@ for _package in (
     trio_graceful.jobs,
     trio_graceful.asgi,
     trio_graceful.mcp,
+    trio_graceful.lowlevel,
 ):
     for _name, _module in _package._defined_in.items():
         getattr(_package, _name).__module__ = _module
@@ -97,7 +99,7 @@ nitpick_ignore_regex = [
     # they stand for the caller's types and have no entry of their own.
     (
         r"py:class",
-        r"(trio_graceful(\.\w+)?\._\w+\.)?(T|T_co|U|R|PosArgT|P|A\d|MessageT|StatusT|Service\d)",
+        r"(trio_graceful(\.\w+)*\._\w+\.)?(T|T_co|U|R|PosArgT|P|A\d|MessageT|StatusT|Service\d)",
     ),
     # Trace.plot's matplotlib Axes and Figure, imported only for type checkers (the
     # plot extra is optional), so autodoc sees the bare name.

@@ -142,7 +142,7 @@ async def requests_over_websocket(websocket: WebSocket) -> None:
     close_code = GOING_AWAY
     async with trio.open_nursery() as nursery:
         while True:
-            if trio_graceful.asgi.stop_requested():
+            if trio_graceful.asgi.stop_received():
                 message = await read_until_idle()
                 if message is None:
                     break

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from trio_graceful._run import _exitguard
+from trio_graceful._run._exit import _guard
 
 # The PostgreSQL server of the job store tests, for tests/jobs and tests/examples.
 pytest_plugins = ["tests.support.postgres"]
@@ -88,7 +88,7 @@ def process_ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessEnds]:
     the status it would have ended it with, and a test that expects an end
     waits for it; one that did not is failed.
     """
-    guard = _exitguard.exit_guard()
+    guard = _guard.exit_guard()
     ends = ProcessEnds()
     monkeypatch.setattr(guard, "_end", ends.end)
     try:

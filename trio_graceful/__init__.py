@@ -54,16 +54,16 @@ if TYPE_CHECKING:
         ChildEnd as ChildEnd,
         ChildOutcome as ChildOutcome,
     )
+    from ._core._statetable import (
+        IllegalTransitionError as IllegalTransitionError,
+    )
     from ._core._stop import (
         STOP as STOP,
         StopType as StopType,
     )
     from ._core._trace import (
         TraceEvent as TraceEvent,
-        TraceHook as TraceHook,
         TraceKind as TraceKind,
-        add_trace_hook as add_trace_hook,
-        remove_trace_hook as remove_trace_hook,
     )
     from ._deploy._health import (
         HealthAnswer as HealthAnswer,
@@ -76,127 +76,31 @@ if TYPE_CHECKING:
     )
     from ._observe._recording import (
         Trace as Trace,
-        plot_timeline as plot_timeline,
         record_trace as record_trace,
-        save_timeline as save_timeline,
     )
-    from ._run._arguments import (
+    from ._run._exit._status import (
+        ExitCodes as ExitCodes,
+    )
+    from ._run._options._arguments import (
         RunArguments as RunArguments,
         add_run_arguments as add_run_arguments,
         run_arguments as run_arguments,
     )
-    from ._run._exitcodes import (
-        ExitCodes as ExitCodes,
-    )
-    from ._run._lifecycle import (
-        IllegalTransitionError as IllegalTransitionError,
+    from ._run._program._lifecycle import (
         Lifecycle as Lifecycle,
         LifecycleState as LifecycleState,
         StateUnreachableError as StateUnreachableError,
     )
-    from ._run._programstatus import (
+    from ._run._program._programstatus import (
         ProgramStatus as ProgramStatus,
     )
-    from ._run._runner import (
+    from ._run._program._runner import (
         Runner as Runner,
         current_runner as current_runner,
         run as run,
     )
 
-__all__ = [
-    "STOP",
-    "AdmissionGate",
-    "AdmissionGateStatistics",
-    "AsyncioInbox",
-    "Bundle",
-    "BundleStatistics",
-    "BusyError",
-    "CancelReport",
-    "ChildEnd",
-    "ChildOutcome",
-    "ExitCodes",
-    "HealthAnswer",
-    "HealthEndpoint",
-    "HealthStatistics",
-    "IllegalTransitionError",
-    "InboxReceiver",
-    "InboxSender",
-    "InboxStatistics",
-    "Lifecycle",
-    "LifecycleState",
-    "ProgramStatus",
-    "RunArguments",
-    "Runner",
-    "StateUnreachableError",
-    "StdinLines",
-    "StopFlag",
-    "StopType",
-    "ThreadBudget",
-    "ThreadBudgetStatistics",
-    "Trace",
-    "TraceEvent",
-    "TraceHook",
-    "TraceKind",
-    "__version__",
-    "add_run_arguments",
-    "add_trace_hook",
-    "current_bundle",
-    "current_runner",
-    "open_bundle",
-    "open_health_listeners",
-    "open_inbox",
-    "open_stdin_lines",
-    "plot_timeline",
-    "record_trace",
-    "remove_trace_hook",
-    "run",
-    "run_arguments",
-    "run_asyncio",
-    "run_in_thread",
-    "run_process",
-    "save_timeline",
-    "serve_health",
-]
-
-# Each name is loaded from its module on first use (see _exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._children._admission": ("AdmissionGate", "AdmissionGateStatistics", "BusyError"),
-    "._children._aio": ("AsyncioInbox", "run_asyncio"),
-    "._children._process": ("run_process",),
-    "._children._stdin": ("StdinLines", "open_stdin_lines"),
-    "._children._threads": (
-        "StopFlag",
-        "ThreadBudget",
-        "ThreadBudgetStatistics",
-        "run_in_thread",
-    ),
-    "._core._bundle": ("Bundle",),
-    "._core._inbox": ("InboxReceiver", "InboxSender", "InboxStatistics", "open_inbox"),
-    "._core._openbundle": ("current_bundle", "open_bundle"),
-    "._core._report": ("BundleStatistics", "CancelReport", "ChildEnd", "ChildOutcome"),
-    "._core._stop": ("STOP", "StopType"),
-    "._core._trace": (
-        "TraceEvent",
-        "TraceHook",
-        "TraceKind",
-        "add_trace_hook",
-        "remove_trace_hook",
-    ),
-    "._deploy._health": ("HealthAnswer", "HealthEndpoint", "HealthStatistics"),
-    "._deploy._healthserve": ("open_health_listeners", "serve_health"),
-    "._observe._recording": ("Trace", "plot_timeline", "record_trace", "save_timeline"),
-    "._run._arguments": ("RunArguments", "add_run_arguments", "run_arguments"),
-    "._run._exitcodes": ("ExitCodes",),
-    "._run._lifecycle": (
-        "IllegalTransitionError",
-        "Lifecycle",
-        "LifecycleState",
-        "StateUnreachableError",
-    ),
-    "._run._programstatus": ("ProgramStatus",),
-    "._run._runner": ("Runner", "current_runner", "run"),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names

@@ -1,11 +1,12 @@
 """Sphinx extension: the lifecycle's state diagram, drawn from its transition table.
 
-``.. lifecycle-diagram::`` renders `trio_graceful._run._lifecycle.TRANSITIONS` as
-an inline SVG in HTML (and as a list of transitions in other formats), so the
-picture cannot drift from the code. The layout needs no Graphviz: states sit
-in a row, ordered by the longest path from the initial state (cycles cut);
-transitions between neighbours are straight arrows, longer forward ones arc
-above the row, backward ones arc below, and self-transitions loop on top.
+``.. lifecycle-diagram::`` renders
+`trio_graceful._run._program._lifecycle.TRANSITIONS` as an inline SVG in HTML
+(and as a list of transitions in other formats), so the picture cannot drift
+from the code. The layout needs no Graphviz: states sit in a row, ordered by
+the longest path from the initial state (cycles cut); transitions between
+neighbours are straight arrows, longer forward ones arc above the row,
+backward ones arc below, and self-transitions loop on top.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from trio_graceful._run._lifecycle import INITIAL_STATE, TRANSITIONS, LifecycleState
+from trio_graceful._run._program._lifecycle import (
+    INITIAL_STATE,
+    TRANSITIONS,
+    LifecycleState,
+)
 
 if TYPE_CHECKING:
     from sphinx.application import Sphinx

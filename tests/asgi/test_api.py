@@ -47,7 +47,7 @@ async def _fails_to_serve(
         (
             {"thread_tokens": 1.5},
             TypeError,
-            "thread_tokens must be an integer, not 1.5",
+            "thread_tokens must be an int, not 1.5",
         ),
     ],
 )
@@ -122,7 +122,7 @@ async def test_the_config_is_used_and_bind_overrides_it(
 @pytest.mark.parametrize(
     "call",
     [
-        trio_graceful.asgi.stop_requested,
+        trio_graceful.asgi.stop_received,
         trio_graceful.asgi.stop_deadline,
         trio_graceful.asgi.current_stop_flag,
     ],
@@ -187,10 +187,10 @@ def _gated(gate: trio_graceful.AdmissionGate, release: trio.Event) -> object:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    return trio_graceful.asgi.admission_gate(slow, gate, retry_after=7)
+    return trio_graceful.asgi.AdmissionMiddleware(slow, gate=gate, retry_after=7)
 
 
-async def test_the_admission_gate_answers_503_at_once_when_full(
+async def test_the_admission_middleware_answers_503_at_once_when_full(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     gate = trio_graceful.AdmissionGate(2, name="reports")
@@ -212,15 +212,15 @@ async def test_the_admission_gate_answers_503_at_once_when_full(
     assert (stats.admitted_total, stats.rejected_total, stats.in_use) == (2, 1, 0)
 
 
-def test_the_admission_gate_checks_its_arguments() -> None:
+def test_the_admission_middleware_checks_its_arguments() -> None:
     gate = trio_graceful.AdmissionGate(1)
     app = make_app(Log())
     with pytest.raises(TypeError, match=r"^app must be an ASGI app, not None$"):
-        trio_graceful.asgi.admission_gate(None, gate)  # type: ignore[arg-type]
+        trio_graceful.asgi.AdmissionMiddleware(None, gate=gate)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^gate must be an AdmissionGate, not 1$"):
-        trio_graceful.asgi.admission_gate(app, 1)  # type: ignore[arg-type]
+        trio_graceful.asgi.AdmissionMiddleware(app, gate=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^retry_after must be >= 1, not 0$"):
-        trio_graceful.asgi.admission_gate(app, gate, retry_after=0)
+        trio_graceful.asgi.AdmissionMiddleware(app, gate=gate, retry_after=0)
 
 
 def test_sync_to_async_refuses_an_async_function() -> None:

@@ -50,7 +50,7 @@ async def test_stop_between_a_read_and_its_parsing_loses_no_pipelined_request(
         data = await receive(self)
         if data.count(b"GET ") == 2:
             with trio.CancelScope(shield=True):
-                await self._core.drain.stopped.wait()
+                await self._state.drain.stopped.wait()
         return data
 
     monkeypatch.setattr(Connection, "_receive", receive_across_stop)

@@ -38,7 +38,13 @@ from tests.support.h2_client import (
     check_drain,
     encode_frame,
 )
-from trio_graceful.asgi._protocols import DrainingH2Protocol
+from trio_graceful._core._statetable import IllegalTransitionError
+from trio_graceful.asgi._protocols import (
+    DRAIN_PHASES,
+    DrainingH2Protocol,
+    DrainPhase,
+    DrainStep,
+)
 
 RUNS = 20
 
@@ -288,3 +294,30 @@ async def test_a_stream_opened_between_stop_and_the_goaway_is_refused(
 
 
 PING = encode_frame(Type.PING, 0, 0, bytes(8))
+
+
+def test_a_drain_sends_its_goaways_in_order_and_never_goes_back() -> None:
+    # h11-style: the table alone, step by step; a refused move says why.
+    serving, announced, closed = DrainPhase
+    assert DRAIN_PHASES.move(serving, DrainStep.ANNOUNCE, subject="d") is announced
+    assert DRAIN_PHASES.move(announced, DrainStep.CLOSE, subject="d") is closed
+    assert DRAIN_PHASES.reachable([serving]) == {announced, closed}
+    assert DRAIN_PHASES.left() == {serving, announced}  # closed is final
+    with pytest.raises(
+        IllegalTransitionError,
+        match=(
+            r"^an HTTP/2 connection's drain cannot announce the drain while "
+            r"announced; that is legal only while serving$"
+        ),
+    ):
+        DRAIN_PHASES.move(
+            announced, DrainStep.ANNOUNCE, subject="an HTTP/2 connection's drain"
+        )
+    with pytest.raises(
+        IllegalTransitionError,
+        match=(
+            r"^d cannot close the connection while serving; "
+            r"that is legal only while announced$"
+        ),
+    ):
+        DRAIN_PHASES.move(serving, DrainStep.CLOSE, subject="d")

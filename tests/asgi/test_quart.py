@@ -188,7 +188,7 @@ def make_app(served: Running) -> QuartTrio:
     async def stop_info() -> dict[str, object]:
         await trio_graceful.asgi.wait_stop()
         return {
-            "stop_requested": trio_graceful.asgi.stop_requested(),
+            "stop_received": trio_graceful.asgi.stop_received(),
             "left": trio_graceful.asgi.stop_deadline() - trio.current_time(),
         }
 
@@ -243,9 +243,9 @@ async def test_stop_closes_the_listener_and_idle_connections_at_once():
         await running.wait_arrived("GET /hold")
         t0 = trio.current_time()
         info = await running.stop(nursery)
-        # wait_stop() returned, stop_requested() says so, and the cut-off is
+        # wait_stop() returned, stop_received() says so, and the cut-off is
         # a second before the hard deadline.
-        assert info["stop_requested"] is True
+        assert info["stop_received"] is True
         assert PATIENCE - 1 - 5 < info["left"] <= PATIENCE - 1
         await running.refused()
         # While a request still runs, the idle connection has its FIN.

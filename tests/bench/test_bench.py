@@ -22,6 +22,7 @@ import pytest
 import trio
 
 import trio_graceful
+from trio_graceful.jobs import _client
 
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 RUN_ALL = BENCH / "run_all.py"
@@ -517,7 +518,7 @@ def test_the_jobs_bench_runs_every_variant_to_the_last_job(
         q = bench.queries(url)
         try:
             assert bench.count_ended(q) == 30
-            events = q.events(None)
+            events = _client.events(q, None)
         finally:
             q.close()
         claims = [e for e in events if e.target.value == "running"]

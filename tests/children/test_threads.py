@@ -478,8 +478,8 @@ async def test_bad_arguments_raise_before_anything_starts(kwargs, message):
     [
         (0, ValueError, r"^total_tokens must be >= 1, not 0$"),
         (-2, ValueError, r"^total_tokens must be >= 1, not -2$"),
-        (1.5, TypeError, r"^total_tokens must be an integer, not 1.5$"),
-        (True, TypeError, r"^total_tokens must be an integer, not True$"),
+        (1.5, TypeError, r"^total_tokens must be an int, not 1.5$"),
+        (True, TypeError, r"^total_tokens must be an int, not True$"),
     ],
 )
 def test_bad_budget(value, error, message):

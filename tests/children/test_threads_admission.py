@@ -99,8 +99,8 @@ def test_gate_properties():
     ("args", "kwargs", "error", "message"),
     [
         ((0,), {}, ValueError, r"^quota must be >= 1, not 0$"),
-        ((2.0,), {}, TypeError, r"^quota must be an integer, not 2.0$"),
-        ((False,), {}, TypeError, r"^quota must be an integer, not False$"),
+        ((2.0,), {}, TypeError, r"^quota must be an int, not 2.0$"),
+        ((False,), {}, TypeError, r"^quota must be an int, not False$"),
         ((1,), {"name": 5}, TypeError, r"^name must be a string or None, not 5$"),
     ],
 )

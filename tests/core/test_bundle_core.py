@@ -19,14 +19,12 @@ from tests.support.exception_shapes import capture, shape
 from trio_graceful import (
     ChildOutcome,
     TraceEvent,
-    TraceHook,
     TraceKind,
-    add_trace_hook,
     current_bundle,
     open_bundle,
     record_trace,
-    remove_trace_hook,
 )
+from trio_graceful.lowlevel import TraceHook, add_trace_hook, remove_trace_hook
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup

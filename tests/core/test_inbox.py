@@ -77,13 +77,13 @@ async def test_infinite_buffer(autojump_clock):
         (
             1.5,
             TypeError,
-            r"^max_buffer_size must be an integer or math\.inf, not 1\.5$",
+            r"^max_buffer_size must be an int or math\.inf, not 1\.5$",
         ),
-        ("3", TypeError, r"^max_buffer_size must be an integer or math\.inf, not '3'$"),
+        ("3", TypeError, r"^max_buffer_size must be an int or math\.inf, not '3'$"),
         (
             True,
             TypeError,
-            r"^max_buffer_size must be an integer or math\.inf, not True$",
+            r"^max_buffer_size must be an int or math\.inf, not True$",
         ),
     ],
 )

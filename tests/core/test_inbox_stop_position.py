@@ -217,7 +217,7 @@ async def test_a_reached_stop_stays_reached_at_the_end(autojump_clock):
 def test_buffer_sizes_that_are_not_int_or_inf(size):
     with pytest.raises(
         TypeError,
-        match=rf"^max_buffer_size must be an integer or math\.inf, not "
+        match=rf"^max_buffer_size must be an int or math\.inf, not "
         rf"{re.escape(repr(size))}$",
     ):
         open_inbox(size)

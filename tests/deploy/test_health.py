@@ -545,12 +545,12 @@ async def test_a_bad_host_is_refused() -> None:
         (
             {"max_connections": True},
             TypeError,
-            "max_connections must be an integer, not True",
+            "max_connections must be an int, not True",
         ),
         (
             {"max_header_bytes": 1.5},
             TypeError,
-            "max_header_bytes must be an integer, not 1.5",
+            "max_header_bytes must be an int, not 1.5",
         ),
     ],
 )

@@ -94,7 +94,7 @@ def install_lines(text: str) -> list[Line]:
     return lines
 
 
-PLOTS = {"plot", "save_plot", "plot_timeline", "save_timeline"}
+PLOTS = {"plot", "save_plot"}
 
 
 def _top(module: str) -> str:
@@ -113,7 +113,7 @@ def third_party_imports(example: str, seen: set[str] | None = None) -> set[str]:
     examples it imports; imports only for type checkers do not count. The
     public subpackages of trio_graceful it imports are named whole
     (``trio_graceful.asgi``), and ``trio_graceful.plot`` stands for a call of
-    a trace's ``plot`` or ``save_plot`` or of ``save_timeline``."""
+    a trace's ``plot`` or ``save_plot``."""
     seen = set() if seen is None else seen
     seen.add(example)
     found: set[str] = set()

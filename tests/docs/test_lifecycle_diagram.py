@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 from trio_graceful import LifecycleState
-from trio_graceful._run._lifecycle import INITIAL_STATE, REACHABLE, TRANSITIONS
+from trio_graceful._run._program._lifecycle import INITIAL_STATE, REACHABLE, TRANSITIONS
 
 EXTENSION = (
     Path(__file__).parent.parent.parent / "docs" / "_ext" / "lifecycle_diagram.py"

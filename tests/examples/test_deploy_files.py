@@ -25,7 +25,11 @@ import yaml
 
 import trio_graceful
 from tests.support.examples import load_example
-from trio_graceful._run._budget import WATCHDOG_MARGIN, StopTimes, fit_stop_budget
+from trio_graceful._run._shutdown._stoptime import (
+    WATCHDOG_MARGIN,
+    StopTimes,
+    fit_stop_budget,
+)
 
 DEPLOY = Path(__file__).resolve().parent.parent.parent / "docs" / "deploy"
 EXAMPLE = "websocket_close_server.py"

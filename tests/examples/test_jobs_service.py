@@ -24,8 +24,17 @@ from typing import Any
 import pytest
 
 from tests.support.examples import EXAMPLES, load_example
-from trio_graceful.jobs import JobEvent, JobRecord, JobState, open_store
-from trio_graceful.jobs._sql import SqlQueries
+from trio_graceful.jobs import (
+    JobEvent,
+    JobRecord,
+    JobState,
+    _client,
+    _holding,
+    _leases,
+    open_store,
+)
+from trio_graceful.jobs._records import JobEnding
+from trio_graceful.jobs._sql import Database
 
 pytestmark = pytest.mark.realtime
 
@@ -85,7 +94,7 @@ class Service:
     def leases(self) -> dict[str, float]:
         q = self.queries()
         try:
-            return q.leases()
+            return _leases.leases(q)
         finally:
             q.close()
 
@@ -97,9 +106,9 @@ class Service:
         process.send_signal(signal.SIGTERM)
         return process.wait(timeout=PATIENCE)
 
-    def queries(self) -> SqlQueries:
+    def queries(self) -> Database:
         """The store's queries, to read it (or play a worker) from the test."""
-        return open_store(self.url)._queries  # pyright: ignore[reportPrivateUsage]
+        return open_store(self.url)._db  # pyright: ignore[reportPrivateUsage]
 
     def job(self, job_id: str) -> JobRecord:
         q = self.queries()
@@ -186,16 +195,15 @@ def test_sigkill_and_restart_loses_nothing(any_service: Service) -> None:
     ghost = service.submit("steps")
     q = service.queries()
     try:
-        q.claim("ghost", now=time.time(), lease=0.5, stale_after=None)
-        q.finish(
-            ghost,
-            JobEvent.TIME_OUT,
+        _holding.claim(q, "ghost", now=time.time(), lease=0.5, stale_after=None)
+        ending = JobEnding(
+            job_id=ghost,
+            event=JobEvent.TIME_OUT,
             worker="ghost",
             attempt=1,
-            now=time.time(),
             reason="deadline",
-            changes={},
         )
+        _holding.finish(q, ending, now=time.time())
     finally:
         q.close()
 
@@ -221,7 +229,8 @@ def test_several_workers_share_one_store(any_service: Service) -> None:
     q = service.queries()
     try:
         ids = [
-            q.submit(
+            _client.submit(
+                q,
                 "steps",
                 {"steps": 3, "step_ms": 10},
                 timeout=None,
@@ -328,7 +337,9 @@ def test_status_shows_waits_and_tracebacks(service: Service) -> None:
     q = service.queries()
     try:
         # A kind this worker has no function for: it is left queued.
-        report = q.submit("report", {}, timeout=None, max_attempts=3, now=time.time())
+        report = _client.submit(
+            q, "report", {}, timeout=None, max_attempts=3, now=time.time()
+        )
     finally:
         q.close()
     worker = service.start_worker("A")
@@ -426,7 +437,7 @@ def test_unknown_job_id(service: Service) -> None:
         assert "no job with id 'nope'" in done.stderr
     q = service.queries()
     try:
-        assert len(q.events(None)) == 1
+        assert len(_client.events(q, None)) == 1
     finally:
         q.close()
 

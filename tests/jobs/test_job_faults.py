@@ -32,7 +32,7 @@ from tests.support.job_faults import (
     submit_many,
     wait_all_ended,
 )
-from trio_graceful.jobs import JobRecord, JobState, StoreError, open_store
+from trio_graceful.jobs import JobRecord, JobState, StoreError, _client, open_store
 
 # Real processes and servers through several waits of up to a minute each
 # (PATIENCE): the whole of one test may take longer than the default timeout
@@ -161,7 +161,7 @@ def test_sigkilled_and_restarted_twenty_times_under_one_id(tmp_path: Path) -> No
 def service_jobs(service: Service, ids: list[str]) -> list[JobRecord]:
     q = service.queries()
     try:
-        return list(q.jobs(ids))
+        return list(_client.jobs(q, ids))
     finally:
         q.close()
 

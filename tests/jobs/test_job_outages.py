@@ -28,7 +28,7 @@ from tests.jobs.test_job_worker import make_worker, wait_for_state
 from tests.support import jobs as support
 from tests.support.jobs import serving, steps, stubborn
 from trio_graceful import open_inbox
-from trio_graceful._run._lifecycle import LifecycleState
+from trio_graceful._run._program._lifecycle import LifecycleState
 from trio_graceful.jobs import (
     TRANSITIONS,
     JobContext,
@@ -36,6 +36,7 @@ from trio_graceful.jobs import (
     JobStore,
     StoreGoneError,
     WorkerReplacedError,
+    _leases,
     open_store,
 )
 from trio_graceful.jobs._access import StoreAccess
@@ -44,8 +45,8 @@ from trio_graceful.jobs._attempt import (
     Attempt,
     AttemptEvent,
     AttemptState,
-    IllegalAttemptTransitionError,
 )
+from trio_graceful.jobs._exceptions import IllegalAttemptTransitionError
 
 S = JobState
 
@@ -207,7 +208,7 @@ async def test_a_bug_is_raised_not_retried(
     access = StoreAccess(store, "worker w1")
 
     async def broken() -> None:
-        store._queries._execute("SELECT * FROM no_such_table")  # pyright: ignore[reportPrivateUsage]
+        store._db.execute("SELECT * FROM no_such_table")  # pyright: ignore[reportPrivateUsage]
 
     with pytest.raises(
         sqlite3.OperationalError, match=r"^no such table: no_such_table$"
@@ -409,8 +410,8 @@ class TripCountingStore(JobStore):
 
 
 def counting_store() -> TripCountingStore:
-    queries = support.mock_store()._queries  # pyright: ignore[reportPrivateUsage]
-    store = TripCountingStore(queries, trio.current_time, False)
+    db = support.mock_store()._db  # pyright: ignore[reportPrivateUsage]
+    store = TripCountingStore(db, trio.current_time, False)
     store.trips = []
     return store
 
@@ -467,10 +468,10 @@ def test_a_bad_sqlite_url_option_is_refused(tmp_path: Path, query: str) -> None:
 def test_the_busy_timeout_is_how_long_a_statement_waits(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     with open_store(f"sqlite:///{path}?busy_timeout=0.5") as store, write_lock(path):
-        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        db = store._db  # pyright: ignore[reportPrivateUsage]
         t0 = time.monotonic()
         with pytest.raises(sqlite3.OperationalError) as raised:
-            queries.renew_lease("w", now=0, lease=1)
+            _leases.renew_lease(db, "w", now=0, lease=1)
         assert 0.5 <= time.monotonic() - t0 < 30
         assert store.is_outage(raised.value)
 
@@ -482,18 +483,18 @@ def test_a_statement_waits_for_the_lock_and_goes_on_once_it_is_free(
     path = tmp_path / "jobs.db"
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     with open_store(f"sqlite:///{path}?busy_timeout=30") as store:
-        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        db = store._db  # pyright: ignore[reportPrivateUsage]
         other.execute("BEGIN EXCLUSIVE")
         t0 = time.monotonic()
         release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
         release.start()
         try:
-            queries.renew_lease("w", now=0, lease=1)  # waits, then writes
+            _leases.renew_lease(db, "w", now=0, lease=1)  # waits, then writes
         finally:
             release.join()
             other.close()
         assert time.monotonic() - t0 >= 0.3
-        assert queries.leases() == {"w": 1}
+        assert _leases.leases(db) == {"w": 1}
 
 
 def test_with_no_busy_timeout_a_locked_file_is_an_outage_at_once(
@@ -501,9 +502,9 @@ def test_with_no_busy_timeout_a_locked_file_is_an_outage_at_once(
 ) -> None:
     path = tmp_path / "jobs.db"
     with open_store(f"sqlite:///{path}?busy_timeout=0") as store, write_lock(path):
-        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        db = store._db  # pyright: ignore[reportPrivateUsage]
         with pytest.raises(sqlite3.OperationalError, match="database is locked") as e:
-            queries.renew_lease("w", now=0, lease=1)
+            _leases.renew_lease(db, "w", now=0, lease=1)
         assert store.is_outage(e.value)
 
 
@@ -511,9 +512,9 @@ def test_which_postgres_errors_are_outages(postgres_url: str, tmp_path: Path) ->
     import psycopg
 
     with open_store(postgres_url) as store:
-        queries = store._queries  # pyright: ignore[reportPrivateUsage]
+        db = store._db  # pyright: ignore[reportPrivateUsage]
         with pytest.raises(psycopg.Error) as bug:
-            queries._execute("SELEKT 1")  # pyright: ignore[reportPrivateUsage]
+            db.execute("SELEKT 1")
         assert not store.is_outage(bug.value)
         with pytest.raises(psycopg.OperationalError) as refused:
             psycopg.connect(f"postgresql://postgres@/postgres?host={tmp_path}")

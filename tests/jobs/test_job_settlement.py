@@ -27,11 +27,12 @@ from trio_graceful.jobs import (
     JobState,
     Worker,
     WorkerReplacedError,
+    _holding,
     open_store,
 )
 from trio_graceful.jobs._claims import Claims
 from trio_graceful.jobs._serial import SerialCalls, run_in_thread
-from trio_graceful.jobs._sqlite import SQLiteQueries
+from trio_graceful.jobs._sqlite import SQLiteConnection
 
 S = JobState
 
@@ -50,9 +51,9 @@ async def test_a_settlement_and_the_next_claim_commit_once(tmp_path: Any) -> Non
         first, second = await store.submit("k"), await store.submit("k")
         await store.claim("w", lease=30, incarnation="i")
         statements: list[str] = []
-        queries = store._queries  # pyright: ignore[reportPrivateUsage]
-        assert isinstance(queries, SQLiteQueries)
-        db = queries._db  # pyright: ignore[reportPrivateUsage]
+        connection = store._db.connection  # pyright: ignore[reportPrivateUsage]
+        assert isinstance(connection, SQLiteConnection)
+        db = connection._db  # pyright: ignore[reportPrivateUsage]
         db.set_trace_callback(statements.append)
         done, claimed = await store.finish_then_claim(
             first, JobEvent.COMPLETE, incarnation="i", result="7", **OPTIONS
@@ -264,16 +265,16 @@ async def test_every_write_returns_the_record_as_read_back(store_url: str) -> No
 
 
 def hold_settlements(
-    queries: Any, monkeypatch: pytest.MonkeyPatch, hold: Callable[[], object]
+    monkeypatch: pytest.MonkeyPatch, hold: Callable[[], object]
 ) -> None:
     """Call ``hold()`` in the store's thread before each settlement's queries."""
-    settle = queries.finish_then_claim
+    settle = _holding.finish_then_claim
 
     def finish_then_claim(*args: Any, **kwargs: Any) -> Any:
         hold()
         return settle(*args, **kwargs)
 
-    monkeypatch.setattr(queries, "finish_then_claim", finish_then_claim)
+    monkeypatch.setattr(_holding, "finish_then_claim", finish_then_claim)
 
 
 @pytest.mark.realtime
@@ -291,8 +292,7 @@ async def test_a_jobs_ending_waits_for_the_subtasks_it_left_running(
         return "returned before its subtask ended"
 
     with open_store(f"sqlite:///{tmp_path}/jobs.db") as store:
-        queries = store._queries  # pyright: ignore[reportPrivateUsage]
-        hold_settlements(queries, monkeypatch, lambda: order.append("written"))
+        hold_settlements(monkeypatch, lambda: order.append("written"))
         job_id = await store.submit("k")
         worker = Worker(store, {"k": job}, worker_id="w", poll_interval=0.05)
         with trio.fail_after(60):

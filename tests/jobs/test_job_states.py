@@ -13,9 +13,13 @@ from trio_graceful.jobs import (
     JobEvent,
     JobState,
     LostJobError,
+    _client,
+    _holding,
 )
-from trio_graceful.jobs._sqlite import SQLiteQueries
-from trio_graceful.jobs._states import check_transition, diagram_lines
+from trio_graceful.jobs._records import JobEnding
+from trio_graceful.jobs._sql import Database
+from trio_graceful.jobs._sqlite import SQLiteConnection
+from trio_graceful.jobs._states import JOB_TABLE, diagram_lines
 
 S = JobState
 E = JobEvent
@@ -49,7 +53,7 @@ def test_terminal_states() -> None:
 
 @pytest.mark.parametrize(("source", "event"), sorted(EXPECTED, key=str))
 def test_every_legal_transition(source: JobState, event: JobEvent) -> None:
-    assert check_transition("j", source, event) is EXPECTED[source, event]
+    assert JOB_TABLE.move(source, event, subject="job j") is EXPECTED[source, event]
 
 
 ILLEGAL = [(s, e) for s in S for e in E if (s, e) not in EXPECTED]
@@ -59,7 +63,7 @@ ILLEGAL = [(s, e) for s in S for e in E if (s, e) not in EXPECTED]
 def test_every_illegal_transition_raises(source: JobState, event: JobEvent) -> None:
     legal = " or ".join(s.value for s in S if (s, event) in EXPECTED)
     with pytest.raises(IllegalJobTransitionError) as info:
-        check_transition("j1", source, event)
+        JOB_TABLE.move(source, event, subject="job j1")
     assert str(info.value) == (
         f"job j1 cannot {event.value} while {source.value}; "
         f"that is legal only while {legal}"
@@ -75,39 +79,38 @@ def test_the_documented_diagram_is_the_table() -> None:
     assert "\n".join(f"   {line}" for line in lines) in page
 
 
-def _apply(q: SQLiteQueries, job_id: str, event: JobEvent, now: float) -> None:
+def _apply(q: Database, job_id: str, event: JobEvent, now: float) -> None:
     """Drive one event through the store, as the worker or a client would."""
     job = q.get(job_id)
     if event is E.CLAIM:
         if job.state is S.QUEUED:
-            assert q.claim("w", now=now, lease=10, stale_after=None) is not None
+            assert (
+                _holding.claim(q, "w", now=now, lease=10, stale_after=None) is not None
+            )
         else:
             # Nothing queued: a claim finds nothing and changes nothing.
-            assert q.claim("w", now=now, lease=10, stale_after=None) is None
+            assert _holding.claim(q, "w", now=now, lease=10, stale_after=None) is None
         return
     if event is E.CANCEL and job.state is S.QUEUED:
-        q.request_cancel(job_id, now=now)
+        _client.request_cancel(q, job_id, now=now)
         return
-    q.finish(
-        job_id,
-        event,
-        worker="w",
-        attempt=job.attempts,
-        now=now,
-        reason="test",
-        changes={},
+    # Attempts count from 1: a job never claimed refuses the first as not "w"'s.
+    attempt = max(job.attempts, 1)
+    ending = JobEnding(
+        job_id=job_id, event=event, worker="w", attempt=attempt, reason="test"
     )
+    _holding.finish(q, ending, now=now)
 
 
 @given(st.lists(st.sampled_from(list(E)), max_size=12))
 def test_random_histories_follow_the_table(events: list[JobEvent]) -> None:
-    q = SQLiteQueries(":memory:")
+    q = Database(SQLiteConnection(":memory:"))
     try:
-        job_id = q.submit("k", {}, timeout=None, max_attempts=3, now=0.0)
+        job_id = _client.submit(q, "k", {}, timeout=None, max_attempts=3, now=0.0)
         model = S.QUEUED
         for now, event in enumerate(events, start=1):
             before = q.get(job_id)
-            log_before = q.events(job_id)
+            log_before = _client.events(q, job_id)
             target = TRANSITIONS.get((model, event))
             if target is None and event is not E.CLAIM:
                 # Refused: by the table if "w" holds the job (it wrote the
@@ -117,7 +120,7 @@ def test_random_histories_follow_the_table(events: list[JobEvent]) -> None:
                 with pytest.raises(refusal):
                     _apply(q, job_id, event, float(now))
                 assert q.get(job_id) == before
-                assert q.events(job_id) == log_before
+                assert _client.events(q, job_id) == log_before
                 continue
             _apply(q, job_id, event, float(now))
             if target is None:
@@ -127,10 +130,10 @@ def test_random_histories_follow_the_table(events: list[JobEvent]) -> None:
             after = q.get(job_id)
             assert after.state is model
             assert (after.ended_at is not None) == model.terminal
-            last = q.events(job_id)[-1]
+            last = _client.events(q, job_id)[-1]
             assert (last.source, last.target, last.at) == (before.state, model, now)
         # The audit log replays to the final state through legal steps only.
-        log = q.events(job_id)
+        log = _client.events(q, job_id)
         assert log[0].source is None
         assert log[0].target is S.QUEUED
         for row in log[1:]:

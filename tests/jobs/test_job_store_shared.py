@@ -22,9 +22,12 @@ from trio_graceful.jobs import (
     JobState,
     LostJobError,
     Worker,
+    _client,
+    _holding,
+    _leases,
     open_store,
 )
-from trio_graceful.jobs._sql import SqlQueries
+from trio_graceful.jobs._sql import Database
 
 S = JobState
 
@@ -117,9 +120,11 @@ def test_concurrent_claims_take_each_job_once(store_url: str) -> None:
 
     def claimer(name: str) -> None:
         store = open_store(store_url)
-        queries: SqlQueries = store._queries  # pyright: ignore[reportPrivateUsage]
+        queries: Database = store._db  # pyright: ignore[reportPrivateUsage]
         try:
-            while job := queries.claim(name, now=0.0, lease=60, stale_after=None):
+            while job := _holding.claim(
+                queries, name, now=0.0, lease=60, stale_after=None
+            ):
                 with lock:
                     claimed.append(job.id)
         finally:
@@ -199,18 +204,24 @@ async def test_a_postgres_worker_hears_a_cancel_request_by_notify(
 def test_a_claim_extends_the_lease_only_if_less_than_half_is_left(
     store_url: str,
 ) -> None:
-    queries = open_store(store_url)._queries  # pyright: ignore[reportPrivateUsage]
+    queries = open_store(store_url)._db  # pyright: ignore[reportPrivateUsage]
     try:
         for _ in range(2):
-            queries.submit("k", {}, timeout=None, max_attempts=3, now=0.0)
-        queries.renew_lease("w", now=0.0, lease=100)
-        [before] = queries.leases().values()
+            _client.submit(queries, "k", {}, timeout=None, max_attempts=3, now=0.0)
+        _leases.renew_lease(queries, "w", now=0.0, lease=100)
+        [before] = _leases.leases(queries).values()
         # 100 s left of a lease of 150, more than half: the row is left alone.
-        assert queries.claim("w", now=0.0, lease=150, stale_after=None) is not None
-        assert queries.leases() == {"w": before}
+        assert (
+            _holding.claim(queries, "w", now=0.0, lease=150, stale_after=None)
+            is not None
+        )
+        assert _leases.leases(queries) == {"w": before}
         # 100 s left of a lease of 300, less than half: extended.
-        assert queries.claim("w", now=0.0, lease=300, stale_after=None) is not None
-        [after] = queries.leases().values()
+        assert (
+            _holding.claim(queries, "w", now=0.0, lease=300, stale_after=None)
+            is not None
+        )
+        [after] = _leases.leases(queries).values()
         assert after >= before + 199
     finally:
         queries.close()

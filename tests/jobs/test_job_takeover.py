@@ -19,8 +19,15 @@ import trio.testing
 
 from tests.jobs.test_job_worker import audit, make_worker, wait_for_state
 from tests.support.jobs import mock_store, serving
-from trio_graceful.jobs import JobContext, JobFunction, JobState, JobStore, open_store
-from trio_graceful.jobs._sql import SqlQueries
+from trio_graceful.jobs import (
+    JobContext,
+    JobFunction,
+    JobState,
+    JobStore,
+    _leases,
+    open_store,
+)
+from trio_graceful.jobs._sql import Database
 
 S = JobState
 
@@ -39,9 +46,9 @@ def rescue_behind_its_back(store: JobStore, worker_id: str = "w1") -> str:
     Both at once, with no checkpoint between: a claim of the worker would
     renew its lease.
     """
-    queries: SqlQueries = store._queries  # pyright: ignore[reportPrivateUsage]
-    queries.drop_lease(worker_id)
-    [rescued] = queries.rescue(now=trio.current_time(), rescuer="rescuer")
+    db: Database = store._db  # pyright: ignore[reportPrivateUsage]
+    _leases.drop_lease(db, worker_id)
+    [rescued] = _leases.rescue(db, now=trio.current_time(), rescuer="rescuer")
     assert rescued.state is S.QUEUED
     return rescued.id
 
@@ -276,7 +283,7 @@ async def test_a_claim_that_brings_back_a_job_stops_its_earlier_attempt(
 @pytest.mark.realtime
 @pytest.mark.parametrize("meanwhile", ["renewed", "claimed again"])
 async def test_a_rescue_settles_only_what_no_live_lease_holds_as_it_writes(
-    store_url: str, meanwhile: str
+    store_url: str, meanwhile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The rescuer read the job while its worker's lease had expired; before
     # it writes, the worker renewed its lease (and maybe, after a first
@@ -285,27 +292,23 @@ async def test_a_rescue_settles_only_what_no_live_lease_holds_as_it_writes(
     with open_store(store_url) as store:
         job_id = await store.submit("k")
         await store.claim("w1", lease=0.001)
-        queries: SqlQueries = store._queries  # pyright: ignore[reportPrivateUsage]
-        select = queries._select  # pyright: ignore[reportPrivateUsage]
+        db: Database = store._db  # pyright: ignore[reportPrivateUsage]
+        select = db.select
         attempts = 2 if meanwhile == "claimed again" else 1
 
-        def select_then_lose_the_race(where: str, args: Any) -> Any:
+        def select_then_lose_the_race(self: Database, where: str, args: Any) -> Any:
             jobs = select(where, args)
             # What the worker (and a first rescuer) committed meanwhile.
-            queries._execute(  # pyright: ignore[reportPrivateUsage]
-                "UPDATE jobs SET attempts = ? WHERE id = ?", (attempts, job_id)
-            )
-            queries._execute(  # pyright: ignore[reportPrivateUsage]
+            db.execute("UPDATE jobs SET attempts = ? WHERE id = ?", (attempts, job_id))
+            db.execute(
                 "UPDATE job_workers SET expires_at = ? WHERE id = 'w1'", (1e300,)
             )
             return jobs
 
         await trio.sleep(0.01)
-        queries._select = select_then_lose_the_race  # type: ignore[method-assign]
-        try:
+        with monkeypatch.context() as patch:
+            patch.setattr(Database, "select", select_then_lose_the_race)
             assert await store.rescue(rescuer="late") == []
-        finally:
-            del queries._select  # pyright: ignore[reportAttributeAccessIssue]
         job = await store.get(job_id)
         assert (job.state, job.attempts, job.worker) == (S.RUNNING, attempts, "w1")
         # No row of the late rescuer in the audit log.

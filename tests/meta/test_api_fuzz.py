@@ -37,6 +37,7 @@ import trio.testing
 from hypothesis import given, settings, strategies as st
 
 import trio_graceful
+import trio_graceful.lowlevel
 from trio_graceful import (
     AdmissionGate,
     Bundle,
@@ -48,21 +49,18 @@ from trio_graceful import (
     TraceEvent,
     TraceKind,
     add_run_arguments,
-    add_trace_hook,
     open_bundle,
     open_health_listeners,
     open_inbox,
     open_stdin_lines,
-    plot_timeline,
-    remove_trace_hook,
     run,
     run_arguments,
     run_asyncio,
     run_in_thread,
     run_process,
-    save_timeline,
     serve_health,
 )
+from trio_graceful.lowlevel import add_trace_hook, remove_trace_hook
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -229,10 +227,8 @@ def draw(**kwargs: object) -> Callable[[object, object], object]:
     trace = Trace([TraceEvent(TraceKind.BUNDLE_OPENED, 0.0, "b")])
 
     def call(value: object, _: object) -> object:
-        arguments: dict[str, object] = {"trace": trace}
-        arguments.update(dict.fromkeys(kwargs, value))
         try:
-            return plot_timeline(**arguments)  # type: ignore[arg-type]
+            return trace.plot(**dict.fromkeys(kwargs, value))  # type: ignore[arg-type]
         finally:
             plt.close("all")
 
@@ -243,9 +239,9 @@ def save(**kwargs: object) -> Callable[[object, object], object]:
     trace = Trace([TraceEvent(TraceKind.BUNDLE_OPENED, 0.0, "b")])
 
     def call(value: object, _: object) -> object:
-        arguments: dict[str, object] = {"trace": trace, "file": io.BytesIO()}
+        arguments: dict[str, object] = {"file": io.BytesIO()}
         arguments.update(dict.fromkeys(kwargs, value))
-        return save_timeline(**arguments)  # type: ignore[arg-type]
+        return trace.save_plot(**arguments)  # type: ignore[arg-type]
 
     return call
 
@@ -407,15 +403,13 @@ CASES: dict[str, Case] = {
         lambda v: False,
         values=ARBITRARY.filter(lambda v: not callable(v)),
     ),
-    "plot_timeline/trace": Case("trace", draw(trace=None), lambda v: False),
-    "plot_timeline/title": Case("title", draw(title=None), is_str_or_none),
-    "plot_timeline/ax": Case("ax", draw(ax=None), lambda v: v is None),
-    "save_timeline/trace": Case("trace", save(trace=None), lambda v: False),
+    "Trace.plot/title": Case("title", draw(title=None), is_str_or_none),
+    "Trace.plot/ax": Case("ax", draw(ax=None), lambda v: v is None),
     # matplotlib warns of a glyph missing from its font when it saves
-    "save_timeline/title": Case(
+    "Trace.save_plot/title": Case(
         "title", save(title=None), is_str_or_none, allowed=(UserWarning,)
     ),
-    "save_timeline/dpi": Case(
+    "Trace.save_plot/dpi": Case(
         "dpi",
         save(dpi=None),
         is_dpi,
@@ -657,10 +651,11 @@ def test_every_public_callable_is_covered():
     covered = {name.split("/")[0].split(".")[0] for name in CASES}
     public = {
         name
-        for name in dir(trio_graceful)
+        for package in (trio_graceful, trio_graceful.lowlevel)
+        for name in dir(package)
         if not name.startswith("_")
-        and callable(getattr(trio_graceful, name))
-        and not isinstance(getattr(trio_graceful, name), type)
+        and callable(getattr(package, name))
+        and not isinstance(getattr(package, name), type)
         and name != "TraceHook"  # a type alias
     }
     # these take no arguments

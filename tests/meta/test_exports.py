@@ -1,6 +1,7 @@
-"""The public surface: every name is exported once, reads as the package's
-own (trio_graceful.X, trio_graceful.jobs.X, ...), is documented in the
-package's reference, and is loaded only when first used."""
+"""The public surface: every name is written once, in its package's
+``if TYPE_CHECKING:`` block, and from there loads on first use, reads as the
+package's own (trio_graceful.X, trio_graceful.jobs.X, ...), is listed by
+``dir()`` and ``__all__``, and is documented in the package's reference."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 import trio_graceful
 import trio_graceful.asgi
 import trio_graceful.jobs
+import trio_graceful.lowlevel
 import trio_graceful.mcp
 import trio_graceful.workers
 
@@ -28,6 +30,7 @@ PACKAGES = [
     (trio_graceful.jobs, "reference.rst"),
     (trio_graceful.asgi, "reference.rst"),
     (trio_graceful.mcp, "reference.rst"),
+    (trio_graceful.lowlevel, "reference.rst"),
     (trio_graceful.workers, "reference.rst"),
 ]
 # Type aliases described in the text of a function that takes them.
@@ -108,42 +111,52 @@ def test_private_helpers_stay_private():
         assert not any(inspect.ismodule(getattr(package, n)) for n in _public(package))
 
 
-def _listed(package: ModuleType) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """What ``__init__`` says, read from its source: the names imported for the
-    type checkers, the names it loads on demand (each with its module), and
-    ``__all__``."""
+def _type_checking_names(package: ModuleType) -> set[str]:
+    """The names that ``__init__``'s ``if TYPE_CHECKING:`` block re-exports."""
     assert package.__file__ is not None
     tree = ast.parse(Path(package.__file__).read_text())
-    checked: dict[str, str] = {}
-    loaded: dict[str, str] = {}
-    listed: list[str] = []
+    names: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for child in node.body:
                 assert isinstance(child, ast.ImportFrom)
                 for alias in child.names:
                     assert alias.asname == alias.name  # an explicit re-export
-                    checked[alias.name] = f".{child.module}"
-        elif isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "_MODULES":
-            modules = ast.literal_eval(node.value)  # type: ignore[arg-type]
-            loaded = {
-                name: module for module, names in modules.items() for name in names
-            }
-        elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__":
-            listed = ast.literal_eval(node.value)
-    return checked, loaded, listed
+                    names.add(alias.name)
+    return names
 
 
 @per_package
-def test_every_name_is_listed_once_for_checkers_loader_and_all(
+def test_every_name_of_the_type_checking_block_loads_and_is_listed(
     package: ModuleType, page: str
 ):
-    checked, loaded, listed = _listed(package)
-    assert checked == loaded
-    assert sorted(listed) == sorted({*loaded, *set(listed) & {"__version__"}})
-    assert len(listed) == len(set(listed))
+    names = _type_checking_names(package)
+    assert names
+    for name in sorted(names):
+        assert getattr(package, name) is vars(package)[name]
+        assert name in package.__all__
+        assert name in dir(package)
+    # __all__ holds the block, and the names imported at once (the version)
+    assert set(package.__all__) - names <= {"__version__"}
+    assert len(package.__all__) == len(set(package.__all__))
     assert sorted(dir(package)) == dir(package)
-    assert set(listed) <= set(dir(package))
+
+
+@per_package
+def test_a_star_import_gives_every_public_name(package: ModuleType, page: str):
+    namespace: dict[str, object] = {}
+    exec(f"from {package.__name__} import *", namespace)
+    del namespace["__builtins__"]
+    assert sorted(namespace) == sorted(package.__all__)
+
+
+@per_package
+def test_an_unknown_name_is_an_attribute_error_naming_it(
+    package: ModuleType, page: str
+):
+    message = f"^module '{package.__name__}' has no attribute 'Bundel'$"
+    with pytest.raises(AttributeError, match=message):
+        package.Bundel  # noqa: B018
 
 
 def _fresh(code: str) -> str:
@@ -163,11 +176,21 @@ LOADED = (
 
 def test_importing_the_packages_loads_no_private_module():
     code = "import trio_graceful, trio_graceful.jobs, trio_graceful.asgi, "
-    code += "trio_graceful.mcp; " + LOADED
-    packages = ["trio_graceful.asgi", "trio_graceful.jobs", "trio_graceful.mcp"]
+    code += "trio_graceful.mcp, trio_graceful.lowlevel; " + LOADED
+    packages = [
+        "trio_graceful.asgi",
+        "trio_graceful.jobs",
+        "trio_graceful.lowlevel",
+        "trio_graceful.mcp",
+    ]
     assert _fresh(code) == str(
         ["trio_graceful._exports", "trio_graceful._version", *packages]
     )
+
+
+def test_listing_the_names_loads_no_private_module():
+    code = "import trio_graceful; trio_graceful.__all__; dir(trio_graceful); " + LOADED
+    assert _fresh(code) == str(["trio_graceful._exports", "trio_graceful._version"])
 
 
 def test_the_core_loads_no_asyncio_h11_matplotlib_or_job_store():
@@ -180,21 +203,15 @@ def test_the_core_loads_no_asyncio_h11_matplotlib_or_job_store():
 
 
 def test_a_name_reads_as_the_package_own_before_it_is_asked_for():
-    # run() loads the lifecycle: its error reads as trio_graceful's in a
-    # traceback though nobody asked the package for it
+    # run() loads the lifecycle, and the state tables' error with it: the
+    # error reads as trio_graceful's in a traceback though nobody asked the
+    # package for it
     code = (
         "import trio_graceful; trio_graceful.run; "
-        "from trio_graceful._run._lifecycle import IllegalTransitionError as E; "
+        "from trio_graceful._core._statetable import IllegalTransitionError as E; "
         "print(E.__module__, 'IllegalTransitionError' in vars(trio_graceful))"
     )
     assert _fresh(code) == "trio_graceful True"
-
-
-def test_an_unknown_name_is_an_attribute_error():
-    with pytest.raises(
-        AttributeError, match=r"^module 'trio_graceful' has no attribute 'Bundel'$"
-    ):
-        trio_graceful.Bundel  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_defined_in_names_the_private_module_of_every_class_and_function():

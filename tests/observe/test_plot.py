@@ -20,9 +20,7 @@ from trio_graceful import (
     TraceEvent,
     TraceKind,
     open_bundle,
-    plot_timeline,
     record_trace,
-    save_timeline,
 )
 from trio_graceful._observe._plot import LANE_HEIGHT
 from trio_graceful._observe._timeline import Row, place_labels, row_name, rows
@@ -55,7 +53,7 @@ async def record_nested_shutdown() -> Trace:
 
 async def test_timeline_rows_bars_and_lines(autojump_clock):
     trace = await record_nested_shutdown()
-    ax = plot_timeline(trace, title="a nested shutdown")
+    ax = trace.plot(title="a nested shutdown")
     try:
         labels = [t.get_text() for t in ax.get_yticklabels()]
         assert labels == ["conn", "    quick", "    slow", "flush"]
@@ -112,7 +110,7 @@ async def test_rows_of_namesakes_are_in_number_order(autojump_clock):
         async with open_bundle(name="server") as server:
             for _ in range(11):
                 server.start_soon(trio.sleep, 1, name="handler")
-    ax = plot_timeline(trace)
+    ax = trace.plot()
     try:
         labels = [t.get_text() for t in ax.get_yticklabels()]
         assert labels == ["handler"] + [f"handler#{n}" for n in range(2, 12)]
@@ -129,7 +127,7 @@ async def test_labels_of_lines_close_together_do_not_overlap(autojump_clock):
         await trio.sleep(20)
         async with open_bundle(name="later"):
             pass  # stretches the time axis to 21 s
-    ax = plot_timeline(trace, title="close together")
+    ax = trace.plot(title="close together")
     try:
         texts = sorted(ax.texts, key=lambda t: t.xy[0])
         assert [(t.get_text(), t.xy[0]) for t in texts] == [
@@ -169,7 +167,7 @@ async def record_eight_parts() -> Trace:
 
 
 async def test_many_labels_never_overlap_when_drawn(autojump_clock):
-    ax = plot_timeline(await record_eight_parts())
+    ax = (await record_eight_parts()).plot()
     try:
         ax.figure.canvas.draw()
         renderer = ax.figure.canvas.get_renderer()
@@ -215,7 +213,7 @@ async def test_a_saved_timeline_cuts_nothing_off(autojump_clock, tmp_path):
     trace = await record_eight_parts()
     png = io.BytesIO()
     title = "eight parts cancelled 50 ms apart, then the server"
-    figure = save_timeline(trace, png, title=title, dpi=80)
+    figure = trace.save_plot(png, title=title, dpi=80)
     assert isinstance(figure, matplotlib.figure.Figure)
     assert plt.get_fignums() == []  # pyplot keeps nothing to close
     assert_nothing_cut_off(figure, png.getvalue(), dpi=80)
@@ -228,7 +226,7 @@ async def test_a_saved_timeline_cuts_nothing_off(autojump_clock, tmp_path):
 
 async def test_a_plotted_timeline_saves_with_nothing_cut_off(autojump_clock):
     trace = await record_eight_parts()
-    ax = plot_timeline(trace, title="eight parts")
+    ax = trace.plot(title="eight parts")
     try:
         figure = ax.get_figure(root=True)
         assert isinstance(figure, matplotlib.figure.Figure)
@@ -369,7 +367,7 @@ async def test_rows_of_a_served_listener_are_named_after_the_bundle(autojump_clo
     assert "server/connections/trio._highlevel_serve_listeners._run_handler#2" in (
         trace.tasks()
     )
-    ax = plot_timeline(trace)
+    ax = trace.plot()
     try:
         labels = [t.get_text() for t in ax.get_yticklabels()]
         assert labels == ["  connections #1", "  connections #2", "listener"]
@@ -382,40 +380,32 @@ async def test_rows_of_a_served_listener_are_named_after_the_bundle(autojump_clo
 
 def test_arguments_are_checked_at_the_call():
     trace = Trace([TraceEvent(TraceKind.BUNDLE_OPENED, 0.0, "b")])
-    with pytest.raises(
-        TypeError, match=r"^trace must be a Trace from record_trace\(\), not 5$"
-    ):
-        plot_timeline(5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^title must be a string or None, not 5$"):
-        plot_timeline(trace, title=5)  # type: ignore[arg-type]
+        trace.plot(title=5)  # type: ignore[arg-type]
     with pytest.raises(
         TypeError, match=r"^ax must be a matplotlib Axes or None, not 5$"
     ):
-        plot_timeline(trace, ax=5)  # type: ignore[arg-type]
+        trace.plot(ax=5)  # type: ignore[arg-type]
     file = io.BytesIO()
-    with pytest.raises(
-        TypeError, match=r"^trace must be a Trace from record_trace\(\), not 5$"
-    ):
-        save_timeline(5, file)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^title must be a string or None, not 5$"):
-        save_timeline(trace, file, title=5)  # type: ignore[arg-type]
+        trace.save_plot(file, title=5)  # type: ignore[arg-type]
     with pytest.raises(
         TypeError, match=r"^dpi must be a number of dots per inch, not '72'$"
     ):
-        save_timeline(trace, file, dpi="72")  # type: ignore[arg-type]
+        trace.save_plot(file, dpi="72")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^dpi must be >= 10 and finite, not 9.5$"):
-        save_timeline(trace, file, dpi=9.5)
+        trace.save_plot(file, dpi=9.5)
     with pytest.raises(TypeError, match=r"^format must be a string or None, not 5$"):
-        save_timeline(trace, file, format=5)  # type: ignore[arg-type]
+        trace.save_plot(file, format=5)  # type: ignore[arg-type]
     assert file.getvalue() == b""
     assert plt.get_fignums() == []
 
 
 def test_empty_trace_is_refused():
     with pytest.raises(ValueError, match=r"^the trace holds no events to plot$"):
-        plot_timeline(Trace())
+        Trace().plot()
     with pytest.raises(ValueError, match=r"^the trace holds no events to plot$"):
-        save_timeline(Trace(), io.BytesIO())
+        Trace().save_plot(io.BytesIO())
 
 
 def test_the_plot_example_runs(tmp_path):

@@ -25,13 +25,12 @@ from trio_graceful import (
     Trace,
     TraceEvent,
     TraceKind,
-    add_trace_hook,
     open_bundle,
     open_inbox,
     record_trace,
-    remove_trace_hook,
 )
 from trio_graceful._core import _trace
+from trio_graceful.lowlevel import add_trace_hook, remove_trace_hook
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup

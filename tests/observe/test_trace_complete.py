@@ -14,12 +14,11 @@ from trio_graceful import (
     ChildOutcome,
     TraceEvent,
     TraceKind,
-    add_trace_hook,
     open_bundle,
     record_trace,
-    remove_trace_hook,
 )
 from trio_graceful._observe._timeline import rows
+from trio_graceful.lowlevel import add_trace_hook, remove_trace_hook
 
 
 async def test_a_hook_added_late_sees_every_child_of_a_hard_cancelled_bundle(

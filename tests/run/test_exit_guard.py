@@ -23,7 +23,7 @@ import trio
 
 from tests.support.mcp_wire import EXAMPLE, ServerProcess
 from tests.support.processes import PATIENCE, LineReader, running
-from trio_graceful._run._exitguard import STATES, ExitGuard, GuardState, Move
+from trio_graceful._run._exit._guard import STATES, ExitGuard, GuardState, Move
 
 PROGRAM = """
     import concurrent.futures

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from trio_graceful._run._lateness import WALL_STEP, Lateness
-from trio_graceful._run._watchdog import (
+from trio_graceful._run._exit._lateness import WALL_STEP, Lateness
+from trio_graceful._run._exit._watchdog import (
     BUSY_ALLOWANCE,
     IDLE_ALLOWANCE,
     _Overdue,  # pyright: ignore[reportPrivateUsage]

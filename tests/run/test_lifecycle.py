@@ -23,12 +23,13 @@ from trio_graceful import (
     LifecycleState,
     StateUnreachableError,
 )
-from trio_graceful._run._lifecycle import (
+from trio_graceful._core import _statetable as statetable
+from trio_graceful._run._program._lifecycle import (
     INITIAL_STATE,
     REACHABLE,
+    TABLE,
     TRANSITIONS,
-    Event,
-    legal_sources,
+    LifecycleEvent,
 )
 
 S = LifecycleState
@@ -38,9 +39,9 @@ def new_lifecycle(name: str = "svc") -> Lifecycle:
     return Lifecycle._create(name)
 
 
-def path_to(state: LifecycleState) -> list[Event]:
+def path_to(state: LifecycleState) -> list[LifecycleEvent]:
     """The shortest sequence of events from the initial state to ``state``."""
-    paths: dict[LifecycleState, list[Event]] = {INITIAL_STATE: []}
+    paths: dict[LifecycleState, list[LifecycleEvent]] = {INITIAL_STATE: []}
     todo = deque([INITIAL_STATE])
     while todo:
         source = todo.popleft()
@@ -77,30 +78,32 @@ def test_shutdown_is_monotonic():
     for state in LifecycleState:
         assert S.UNINITIALIZED not in REACHABLE[state]
     # Every running state can shut down, and nothing else can end a run.
-    assert {s for (s, e) in TRANSITIONS if e is Event.SHUT_DOWN} == {
+    assert {s for (s, e) in TRANSITIONS if e is LifecycleEvent.SHUT_DOWN} == {
         S.STARTING,
         S.READY,
         S.DEGRADED,
         S.WITHDRAWN,
     }
     # Only a program that took work is withdrawn from rotation first.
-    assert {s for (s, e) in TRANSITIONS if e is Event.WITHDRAW} == {
+    assert {s for (s, e) in TRANSITIONS if e is LifecycleEvent.WITHDRAW} == {
         S.READY,
         S.DEGRADED,
     }
     assert [s for (s, t) in TRANSITIONS.items() if t is S.TERMINATED] == [
-        (S.SHUTTING_DOWN, Event.TERMINATE)
+        (S.SHUTTING_DOWN, LifecycleEvent.TERMINATE)
     ]
 
 
 LEGAL = sorted(TRANSITIONS, key=lambda pair: (pair[0].name, pair[1].name))
 ILLEGAL = [
-    pair for pair in itertools.product(LifecycleState, Event) if pair not in TRANSITIONS
+    pair
+    for pair in itertools.product(LifecycleState, LifecycleEvent)
+    if pair not in TRANSITIONS
 ]
 
 
 def test_the_table_splits_every_pair():
-    assert len(LEGAL) + len(ILLEGAL) == len(LifecycleState) * len(Event)
+    assert len(LEGAL) + len(ILLEGAL) == len(LifecycleState) * len(LifecycleEvent)
     assert len(LEGAL) == 12
 
 
@@ -131,7 +134,7 @@ async def test_legal_transition(autojump_clock, state, event):
 async def test_illegal_transition_raises_and_changes_nothing(state, event):
     lifecycle = lifecycle_in(state)
     before = snapshot(lifecycle)
-    legal = " or ".join(s.value for s in legal_sources(event))
+    legal = " or ".join(s.value for s in TABLE.legal_sources(event))
     with pytest.raises(
         IllegalTransitionError,
         match=(
@@ -143,7 +146,7 @@ async def test_illegal_transition_raises_and_changes_nothing(state, event):
     assert snapshot(lifecycle) == before
 
 
-@given(st.lists(st.sampled_from(list(Event)), max_size=30))
+@given(st.lists(st.sampled_from(list(LifecycleEvent)), max_size=30))
 def test_random_event_sequences_follow_the_table(events):
     async def drive() -> None:
         lifecycle = new_lifecycle()
@@ -203,6 +206,14 @@ async def test_degrade_while_shutting_down_raises():
     assert snapshot(lifecycle) == before
 
 
+async def test_the_lifecycle_raises_the_one_error_of_every_state_table():
+    lifecycle = lifecycle_in(S.TERMINATED)
+    with pytest.raises(IllegalTransitionError) as caught:
+        lifecycle.degrade("late failure")
+    assert type(caught.value) is statetable.IllegalTransitionError
+    assert IllegalTransitionError is statetable.IllegalTransitionError
+
+
 async def test_reason_must_be_a_string():
     lifecycle = lifecycle_in(S.READY)
     with pytest.raises(TypeError, match=r"^reason must be a string, not 42$"):
@@ -213,7 +224,7 @@ async def test_reason_must_be_a_string():
 def test_transitions_need_a_trio_run():
     lifecycle = new_lifecycle()
     with pytest.raises(RuntimeError):
-        lifecycle._transition(Event.START, "")
+        lifecycle._transition(LifecycleEvent.START, "")
     assert snapshot(lifecycle) == (S.UNINITIALIZED, "", None)
 
 
@@ -235,8 +246,8 @@ async def test_transitions_are_logged(caplog):
     lifecycle = lifecycle_in(S.READY)
     lifecycle.degrade("disk full")
     lifecycle.recover("disk freed")
-    lifecycle._transition(Event.SHUT_DOWN, "SIGTERM")
-    lifecycle._transition(Event.TERMINATE, "")
+    lifecycle._transition(LifecycleEvent.SHUT_DOWN, "SIGTERM")
+    lifecycle._transition(LifecycleEvent.TERMINATE, "")
     assert [
         (r.levelname, r.getMessage())
         for r in caplog.records
@@ -272,14 +283,14 @@ async def test_wait_state_wakes_at_the_transition(autojump_clock):
         for state in (S.READY, S.DEGRADED, S.TERMINATED):
             nursery.start_soon(waiter, state)
         await trio.sleep(1)
-        lifecycle._transition(Event.BECOME_READY, "")
+        lifecycle._transition(LifecycleEvent.BECOME_READY, "")
         await trio.sleep(1)
         lifecycle.degrade("x")
         await trio.sleep(1)
         lifecycle.recover()
-        lifecycle._transition(Event.SHUT_DOWN, "")
+        lifecycle._transition(LifecycleEvent.SHUT_DOWN, "")
         await trio.sleep(1)
-        lifecycle._transition(Event.TERMINATE, "")
+        lifecycle._transition(LifecycleEvent.TERMINATE, "")
     assert sorted(woken, key=lambda w: w[1]) == [
         ("ready", 1),
         ("degraded", 2),
@@ -313,7 +324,7 @@ async def test_wait_fails_when_the_state_becomes_unreachable(autojump_clock):
 
         nursery.start_soon(wait_degraded)
         await trio.sleep(3)
-        lifecycle._transition(Event.SHUT_DOWN, "startup failed")
+        lifecycle._transition(LifecycleEvent.SHUT_DOWN, "startup failed")
 
 
 async def test_wait_state_checks_its_argument():
@@ -343,6 +354,6 @@ async def test_a_state_entered_and_left_in_one_instant_still_wakes_its_waiters()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(waiter)
         await trio.testing.wait_all_tasks_blocked()
-        lifecycle._transition(Event.BECOME_READY, "")
-        lifecycle._transition(Event.SHUT_DOWN, "")
+        lifecycle._transition(LifecycleEvent.BECOME_READY, "")
+        lifecycle._transition(LifecycleEvent.SHUT_DOWN, "")
     assert woken == ["shutting down"]

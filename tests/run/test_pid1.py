@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import LineReader, children_of, running, stat_of, wait_for
-from trio_graceful._run._program import PID_1_WARNING
+from trio_graceful._run._program._program import PID_1_WARNING
 
 pytestmark = pytest.mark.realtime
 

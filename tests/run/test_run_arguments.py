@@ -103,12 +103,12 @@ def test_the_defaults_given_are_used():
         (
             ["--health-port=0", "--health-max-connections", "0"],
             "argument --health-max-connections: health_max_connections must be "
-            "an integer >= 1, not '0'",
+            "an int >= 1, not '0'",
         ),
         (
             ["--health-max-connections", "many"],
             "argument --health-max-connections: health_max_connections must be "
-            "an integer >= 1, not 'many'",
+            "an int >= 1, not 'many'",
         ),
         (
             ["--health-host", "::1"],
@@ -181,8 +181,8 @@ def test_a_health_host_without_a_port_is_still_refused_by_run():
     [
         (0, ValueError, "health_max_connections must be >= 1, not 0"),
         (-3, ValueError, "health_max_connections must be >= 1, not -3"),
-        (True, TypeError, "health_max_connections must be an integer, not True"),
-        (2.0, TypeError, "health_max_connections must be an integer, not 2.0"),
+        (True, TypeError, "health_max_connections must be an int, not True"),
+        (2.0, TypeError, "health_max_connections must be an int, not 2.0"),
     ],
 )
 def test_a_bad_health_max_connections_is_refused_by_run(value, error, message):

@@ -21,6 +21,7 @@ import trio
 import trio.testing
 
 import trio_graceful
+import trio_graceful.lowlevel
 from trio_graceful import (
     STOP,
     ExitCodes,
@@ -214,7 +215,7 @@ def test_lifecycle_transitions_are_traced():
             changes.append((event.time, event.detail))
 
     async def main() -> None:
-        trio_graceful.add_trace_hook(hook)
+        trio_graceful.lowlevel.add_trace_hook(hook)
         runner = current_runner()
         runner.lifecycle.degrade("disk full")
         await trio.sleep(1)

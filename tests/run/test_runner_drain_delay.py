@@ -28,7 +28,11 @@ from tests.run.test_runner import (
     stage_lines,
 )
 from trio_graceful import STOP, LifecycleState, ProgramStatus, current_runner
-from trio_graceful._run._budget import WATCHDOG_MARGIN, StopTimes, fit_stop_budget
+from trio_graceful._run._shutdown._stoptime import (
+    WATCHDOG_MARGIN,
+    StopTimes,
+    fit_stop_budget,
+)
 
 S = LifecycleState
 

@@ -22,7 +22,7 @@ import trio.testing
 import trio_graceful
 from tests.run.test_runner import Timeline, run, service_for
 from trio_graceful import ExitCodes, current_runner
-from trio_graceful._core._util import check_seconds
+from trio_graceful._core._checks import check_seconds
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup

@@ -35,9 +35,9 @@ import trio_graceful
 from tests.conftest import ProcessEnds
 from tests.support.processes import PATIENCE
 from trio_graceful import current_runner
-from trio_graceful._run import _exitguard
-from trio_graceful._run._escalation import Observer
-from trio_graceful._run._exitguard import GuardState
+from trio_graceful._run._exit import _guard
+from trio_graceful._run._exit._guard import GuardState
+from trio_graceful._run._signals._escalation import Observer
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -85,13 +85,13 @@ def test_at_the_last_exit_step_the_guards_handlers_become_ignored() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # What atexit runs: the handlers become SIG_IGN, which the interpreter's
     # finalization leaves alone; one installed since is left alone.
-    _exitguard.exit_guard()._last_step()  # pyright: ignore[reportPrivateUsage]
+    _guard.exit_guard()._last_step()  # pyright: ignore[reportPrivateUsage]
     assert handlers() == {
         signal.SIGINT: signal.default_int_handler,
         signal.SIGTERM: signal.SIG_IGN,
     }
     assert mine is not signal.SIG_IGN
-    assert _exitguard.exit_guard().state is GuardState.CLOSED
+    assert _guard.exit_guard().state is GuardState.CLOSED
 
 
 @pytest.mark.realtime
@@ -102,7 +102,7 @@ def test_a_program_that_goes_on_past_its_stop_time_gets_its_handlers_back(
     before = handlers()
     # A stop time of 0 s, and the second the watchdog allows a busy thread.
     assert run(stopped_by_sigterm, grace=0, unwind_budget=0) == 143
-    guard = _exitguard.exit_guard()
+    guard = _guard.exit_guard()
     deadline = time.monotonic() + PATIENCE
     while guard.state is not GuardState.IDLE:  # it stands down by itself
         assert time.monotonic() < deadline, "the guard did not stand down"

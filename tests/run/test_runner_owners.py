@@ -26,13 +26,13 @@ import trio.testing
 
 import trio_graceful
 from trio_graceful import ExitCodes, LifecycleState, ProgramStatus, RunArguments
-from trio_graceful._run import _runoptions
-from trio_graceful._run._escalation import Escalation
-from trio_graceful._run._mainrun import MainEvents, MainRun
-from trio_graceful._run._probes import time_left
-from trio_graceful._run._runoptions import DEFAULT_OPTIONS, RunOptions
-from trio_graceful._run._stoptime import WATCHDOG_MARGIN, Part, StopTimes
-from trio_graceful._run._watchdog import Watchdog
+from trio_graceful._run._exit._watchdog import Watchdog
+from trio_graceful._run._options import _runoptions
+from trio_graceful._run._options._runoptions import DEFAULT_OPTIONS, RunOptions
+from trio_graceful._run._program._mainrun import MainEvents, MainRun
+from trio_graceful._run._program._probes import time_left
+from trio_graceful._run._shutdown._stoptime import WATCHDOG_MARGIN, Part, StopTimes
+from trio_graceful._run._signals._escalation import Escalation
 
 # -- the options --------------------------------------------------------------------
 
@@ -259,24 +259,38 @@ async def test_a_main_not_ready_in_time_fails_the_startup_through_the_record(
 RUN = Path(trio_graceful.__file__).parent / "_run"
 
 
+def module_of(path: Path) -> str:
+    """The module at ``path``, named within ``_run``: ``_program._runner``."""
+    return ".".join(path.relative_to(RUN).with_suffix("").parts)
+
+
 def imports_of(path: Path) -> set[str]:
     """The modules of ``_run`` that ``path`` imports, TYPE_CHECKING included."""
+    package = path.relative_to(RUN).parent.parts
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            found.add(node.module)
+        if (
+            isinstance(node, ast.ImportFrom)
+            and 0 < node.level <= len(package) + 1
+            and node.module
+        ):
+            base = package[: len(package) - node.level + 1]
+            found.add(".".join((*base, node.module)))
     return found
+
+
+MODULES = [path for path in RUN.rglob("_*.py") if path.name != "__init__.py"]
 
 
 def test_no_part_of_the_program_imports_it():
     importers = {
-        path.stem for path in RUN.glob("*.py") if "_program" in imports_of(path)
+        module_of(path) for path in MODULES if "_program._program" in imports_of(path)
     }
-    assert importers == {"_runner"}
+    assert importers == {"_program._runner"}
 
 
 def test_the_runners_layer_has_no_import_circle():
-    graph = {path.stem: imports_of(path) for path in RUN.glob("*.py")}
+    graph = {module_of(path): imports_of(path) for path in MODULES}
     done: set[str] = set()
 
     def visit(module: str, path: tuple[str, ...]) -> None:

@@ -16,37 +16,43 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given, strategies as st
 
-from trio_graceful import ExitCodes, Lifecycle, LifecycleState
-from trio_graceful._run._escalation import ESCALATION, Escalation, Observer, Step
-from trio_graceful._run._exitcodes import Ending, exit_reason, exit_status
-from trio_graceful._run._gcdeferral import NO_FULL_COLLECTIONS, GcHold
-from trio_graceful._run._lifecycle import Event
-from trio_graceful._run._stages import (
+from trio_graceful import ExitCodes, IllegalTransitionError, Lifecycle, LifecycleState
+from trio_graceful._run._exit._status import Ending, exit_reason, exit_status
+from trio_graceful._run._program._lifecycle import LifecycleEvent
+from trio_graceful._run._shutdown._gcdeferral import NO_FULL_COLLECTIONS, GcHold
+from trio_graceful._run._shutdown._stages import (
     FORCED,
     LIFECYCLE_EVENTS,
     ROOT_CLOSED,
     SHUTTING_DOWN,
     STAGES,
+    TABLE,
     IllegalMoveError,
     Move,
     Stage,
     Stages,
 )
+from trio_graceful._run._signals._escalation import (
+    ESCALATION,
+    Escalation,
+    Observer,
+    Step,
+)
 
 # -- stages ---------------------------------------------------------------------------
 
 
-def ready_stages() -> tuple[Stages, list[tuple[Event, LifecycleState]]]:
+def ready_stages() -> tuple[Stages, list[tuple[LifecycleEvent, LifecycleState]]]:
     """A Stages object of a program that has started and is ready, and the
     list of the lifecycle transitions it reports from then on."""
     lifecycle = Lifecycle._create("p")  # pyright: ignore[reportPrivateUsage]
-    transitions: list[tuple[Event, LifecycleState]] = []
+    transitions: list[tuple[LifecycleEvent, LifecycleState]] = []
     stages = Stages(lifecycle, lambda *transition: transitions.append(transition))
     stages.start()
     stages.become_ready()
     assert transitions == [
-        (Event.START, LifecycleState.UNINITIALIZED),
-        (Event.BECOME_READY, LifecycleState.STARTING),
+        (LifecycleEvent.START, LifecycleState.UNINITIALIZED),
+        (LifecycleEvent.BECOME_READY, LifecycleState.STARTING),
     ]
     assert lifecycle.state is LifecycleState.READY
     transitions.clear()
@@ -93,9 +99,13 @@ async def test_every_move_from_every_stage(stage, move):
     stages = at(stage)
     target = STAGES.get((stage, move))
     if target is None:
+        legal = " or ".join(s.value for s in TABLE.legal_sources(move))
         with pytest.raises(
             IllegalMoveError,
-            match=rf"^the runner cannot {move.value} while {stage.value}$",
+            match=(
+                rf"^the runner cannot {move.value} while {stage.value}; "
+                rf"that is legal only while {legal}$"
+            ),
         ):
             stages.move(move)
         assert stages.stage is stage
@@ -106,10 +116,16 @@ async def test_every_move_from_every_stage(stage, move):
         assert stages.lifecycle.state is LIFECYCLE_AT[target]
 
 
+async def test_an_illegal_move_is_an_illegal_transition():
+    assert issubclass(IllegalMoveError, IllegalTransitionError)
+    with pytest.raises(IllegalTransitionError):
+        at(Stage.ENDED).move(Move.FORCE)
+
+
 async def test_the_stages_are_the_lifecycles_one_writer():
     assert dict(LIFECYCLE_EVENTS) == {
-        Move.WITHDRAW: Event.WITHDRAW,
-        Move.SHUT_DOWN: Event.SHUT_DOWN,
+        Move.WITHDRAW: LifecycleEvent.WITHDRAW,
+        Move.SHUT_DOWN: LifecycleEvent.SHUT_DOWN,
     }
     stages, transitions = ready_stages()
     stages.move(Move.WITHDRAW, "SIGTERM")
@@ -124,13 +140,13 @@ async def test_the_stages_are_the_lifecycles_one_writer():
     # Each move the lifecycle sees is one transition, reported once; the
     # others leave it alone.
     assert transitions == [
-        (Event.WITHDRAW, LifecycleState.READY),
-        (Event.SHUT_DOWN, LifecycleState.WITHDRAWN),
+        (LifecycleEvent.WITHDRAW, LifecycleState.READY),
+        (LifecycleEvent.SHUT_DOWN, LifecycleState.WITHDRAWN),
     ]
     assert stages.lifecycle.reason == "after the drain delay"
     stages.terminate("exit status 0")
     assert stages.lifecycle.state is LifecycleState.TERMINATED
-    assert transitions[-1] == (Event.TERMINATE, LifecycleState.SHUTTING_DOWN)
+    assert transitions[-1] == (LifecycleEvent.TERMINATE, LifecycleState.SHUTTING_DOWN)
 
 
 async def test_readiness_after_the_shutdown_began_leaves_the_lifecycle_alone():

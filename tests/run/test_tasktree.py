@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from trio_graceful import open_bundle
-from trio_graceful._run._tasktree import format_task_tree
+from trio_graceful._run._exit._tasktree import format_task_tree
 
 
 async def parked_forever() -> None:

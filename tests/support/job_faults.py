@@ -21,7 +21,7 @@ from tests.support.postgres import (
     _as_server_user,  # pyright: ignore[reportPrivateUsage]
     _bin_dir,  # pyright: ignore[reportPrivateUsage]
 )
-from trio_graceful.jobs import JobState, open_store
+from trio_graceful.jobs import JobState, _client, open_store
 
 S = JobState
 
@@ -106,10 +106,11 @@ def own_postgres() -> Iterator[PostgresServer]:
 def submit_many(
     url: str, n: int, steps: int, step_ms: int, attempts: int = 3
 ) -> list[str]:
-    q = open_store(url)._queries  # pyright: ignore[reportPrivateUsage]
+    q = open_store(url)._db  # pyright: ignore[reportPrivateUsage]
     try:
         return [
-            q.submit(
+            _client.submit(
+                q,
                 "steps",
                 {"steps": steps, "step_ms": step_ms},
                 timeout=None,
@@ -133,7 +134,7 @@ def assert_each_completed_once(service: Service, ids: list[str], steps: int) -> 
                 None,
                 {"steps": steps},
             ), job
-            targets = [e.target for e in q.events(job_id)]
+            targets = [e.target for e in _client.events(q, job_id)]
             assert targets.count(S.COMPLETED) == 1, targets
             assert S.FAILED not in targets, targets
     finally:
@@ -151,7 +152,7 @@ def wait_all_ended(service: Service, ids: list[str]) -> None:
     def ended() -> bool:
         q = service.queries()
         try:
-            return all(job.state.terminal for job in q.jobs(ids))
+            return all(job.state.terminal for job in _client.jobs(q, ids))
         finally:
             q.close()
 

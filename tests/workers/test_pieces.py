@@ -108,7 +108,7 @@ def test_a_worker_moves_only_along_its_table():
     worker.request_stop(5.0, "test")  # a stop after the end changes nothing
     assert worker.state is WorkerState.EXITED
     with pytest.raises(
-        RuntimeError,  # the package's IllegalTransitionError
+        trio_graceful.IllegalTransitionError,
         match=r"^worker 1 cannot become ready while exited; that is legal only "
         r"while starting or ready or stopping$",
     ):

@@ -16,8 +16,8 @@ from typing import final
 import attrs
 import trio
 
+from .._core._checks import check_count, check_name, field_check
 from .._core._log import plural
-from .._core._util import check_name
 
 
 class BusyError(trio.WouldBlock):
@@ -26,35 +26,6 @@ class BusyError(trio.WouldBlock):
     It is a `trio.WouldBlock`, as for any ``*_nowait`` operation that cannot
     proceed: the caller was refused, not queued, and holds nothing.
     """
-
-
-def check_positive_int(
-    instance: object, attribute: attrs.Attribute[int], value: object
-) -> None:
-    """An attrs validator: ``value`` must be an `int` (not a `bool`) of at least 1."""
-    del instance
-    check_count(attribute.alias or attribute.name, value)
-
-
-def check_count(name: str, value: object) -> int:
-    """Return ``value`` if it is an `int` (not a `bool`) of at least 1.
-
-    Raises:
-        TypeError: if it is not an integer.
-        ValueError: if it is less than 1.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, not {value!r}")
-    return value
-
-
-def _check_name(
-    instance: object, attribute: attrs.Attribute[str | None], value: object
-) -> None:
-    del instance
-    check_name(value, argument=attribute.alias or attribute.name)
 
 
 @attrs.frozen
@@ -106,14 +77,14 @@ class AdmissionGate:
         name (str or None): A name for messages and reprs.
 
     Raises:
-        TypeError: if ``quota`` is not an integer or ``name`` not a string.
+        TypeError: if ``quota`` is not an int or ``name`` not a string.
         ValueError: if ``quota`` is less than 1.
     """
 
     # Explicit aliases: type checkers do not all strip the underscore.
-    _quota: int = attrs.field(alias="quota", validator=check_positive_int)
+    _quota: int = attrs.field(alias="quota", validator=field_check(check_count))
     _name: str | None = attrs.field(
-        alias="name", default=None, kw_only=True, validator=_check_name
+        alias="name", default=None, kw_only=True, validator=field_check(check_name)
     )
     _in_use: int = attrs.field(default=0, init=False)
     _peak_in_use: int = attrs.field(default=0, init=False)

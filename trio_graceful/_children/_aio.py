@@ -44,9 +44,9 @@ import attrs
 import trio
 
 from .._core._inbox import InboxReceiver
+from .._core._lowlevel import NoPublicConstructor
 from .._core._stop import STOP, StopType
-from .._core._util import NoPublicConstructor
-from ._caller import bundle_of_caller
+from ._parentbundle import bundle_of_caller
 
 if TYPE_CHECKING:
     from typing_extensions import Self, TypeVarTuple, Unpack

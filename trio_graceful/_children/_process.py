@@ -26,9 +26,10 @@ from typing import IO, TYPE_CHECKING, Any, cast, final
 import attrs
 import trio
 
-from .._core._topology import is_cancellation
-from .._core._util import check_signal, first_leaf, signal_name
-from ._caller import bundle_of_caller
+from .._core._checks import check_bool, check_signal
+from .._core._groups import first_leaf, is_cancellation
+from .._core._lowlevel import signal_name
+from ._parentbundle import bundle_of_caller
 
 if TYPE_CHECKING:
     from _typeshed import StrOrBytesPath
@@ -224,7 +225,7 @@ async def run_process(
         OSError: if the process could not be started.
     """
     _check_command(command)
-    stop = check_signal(stop_signal, argument="stop_signal")
+    stop = check_signal("stop_signal", stop_signal)
     flags = {
         "start_new_session": start_new_session,
         "capture_stdout": capture_stdout,
@@ -232,8 +233,7 @@ async def run_process(
         "check": check,
     }
     for argument, value in flags.items():
-        if not isinstance(cast("object", value), bool):
-            raise TypeError(f"{argument} must be True or False, not {value!r}")
+        check_bool(argument, value)
     if isinstance(stdin, bool) or not (
         stdin is None
         or isinstance(stdin, (bytes, bytearray, memoryview, int))

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Final, cast, final
+from typing import Final, final
 
 import trio
 
-from .._core._util import NoPublicConstructor
+from .._core._checks import check_int
+from .._core._lowlevel import NoPublicConstructor
 
 _CHUNK: Final = 65536
 # File descriptors are C ints.
@@ -187,9 +188,7 @@ def open_stdin_lines(*, fd: int = 0) -> StdinLines:
         ValueError: if ``fd`` is negative or too large to be a descriptor.
         OSError: if ``fd`` is not an open file descriptor.
     """
-    if isinstance(fd, bool) or not isinstance(cast("object", fd), int):
-        raise TypeError(f"fd must be an int, not {fd!r}")
-    if fd < 0:
+    if check_int("fd", fd) < 0:
         raise ValueError(f"fd must be >= 0, not {fd!r}")
     if fd >= _FD_LIMIT:
         raise ValueError(f"fd must be < {_FD_LIMIT}, not {fd!r}")

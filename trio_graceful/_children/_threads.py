@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, TypeVar, cast, final
 import attrs
 import trio
 
-from .._core._util import NoPublicConstructor, check_name, check_seconds, is_async_def
-from ._admission import AdmissionGate, BusyError, check_positive_int
-from ._caller import bundle_of_caller
+from .._core._checks import check_count, check_name, check_seconds, field_check
+from .._core._lowlevel import NoPublicConstructor, is_async_def
+from ._admission import AdmissionGate, BusyError
+from ._parentbundle import bundle_of_caller
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -137,11 +138,13 @@ class ThreadBudget:
         total_tokens (int): How many threads may run at once (at least 1).
 
     Raises:
-        TypeError: if ``total_tokens`` is not an integer.
+        TypeError: if ``total_tokens`` is not an int.
         ValueError: if ``total_tokens`` is less than 1.
     """
 
-    _total_tokens: int = attrs.field(alias="total_tokens", validator=check_positive_int)
+    _total_tokens: int = attrs.field(
+        alias="total_tokens", validator=field_check(check_count)
+    )
     _limiter: trio.CapacityLimiter = attrs.field(init=False)
     _peak: int = attrs.field(default=0, init=False)
     # Abandoned threads that have finished since (the running ones are
@@ -308,7 +311,7 @@ async def run_in_thread(
     """
     if not callable(cast("object", sync_fn)) or is_async_def(sync_fn):
         raise TypeError(f"sync_fn must be a synchronous function, not {sync_fn!r}")
-    check_name(name)
+    check_name("name", name)
     if budget is not None and not isinstance(cast("object", budget), ThreadBudget):
         raise TypeError(f"budget must be a ThreadBudget or None, not {budget!r}")
     if gate is not None and not isinstance(cast("object", gate), AdmissionGate):

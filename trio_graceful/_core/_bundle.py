@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any, Final, cast, final
 import attrs
 import trio
 
-from ._callers import check_child_says, check_waiter
+from ._callerchecks import check_child_says, check_waiter
 from ._cancellation import Cancellation
+from ._checks import check_seconds
 from ._childwatch import ChildWatch
 from ._inbox import InboxReceiver, InboxSender
+from ._lowlevel import NoPublicConstructor
 from ._paths import Place, bundle_path, register, task_path, unregister
 from ._phase import BundlePhase, PhaseRecord
 from ._report import BundleStatistics, CancelReport
@@ -34,7 +36,6 @@ from ._startable import check_startable
 from ._stopfanout import StopFanout
 from ._topology import TwoLevelNursery
 from ._trace import TraceKind, emit, tracing
-from ._util import NoPublicConstructor, check_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

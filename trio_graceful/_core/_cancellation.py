@@ -26,9 +26,10 @@ import weakref
 import attrs
 import trio
 
+from ._groups import is_cancellation
 from ._log import logger, plural
 from ._report import CancelReport, ChildEnd, ChildOutcome
-from ._topology import TwoLevelNursery, is_cancellation
+from ._topology import TwoLevelNursery
 from ._trace import TraceKind, emit, tracing
 
 # How often a long cancellation logs that it is still waiting, in seconds.

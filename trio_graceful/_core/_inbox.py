@@ -47,14 +47,15 @@ import attrs
 import trio
 from outcome import Error, Value
 
+from ._checks import check_bool, check_buffer_size
 from ._inboxreceiver import InboxReceiver as InboxReceiver
 from ._inboxstate import (
     Endpoint,
     InboxState as InboxState,
     InboxStatistics as InboxStatistics,
 )
+from ._lowlevel import NoPublicConstructor
 from ._stop import STOP
-from ._util import NoPublicConstructor, check_buffer_size
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -230,17 +231,6 @@ class InboxSender(trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint()
 
 
-def check_stop_first(value: object) -> bool:
-    """Return ``value`` if it is a bool: the ``stop_first`` option.
-
-    Raises:
-        TypeError: if it is anything else.
-    """
-    if not isinstance(value, bool):
-        raise TypeError(f"stop_first must be True or False, not {value!r}")
-    return value
-
-
 def open_inbox_with_state(
     max_buffer_size: int | float, *, stop_first: bool = False
 ) -> tuple[InboxSender[T], InboxReceiver[T], InboxState[T]]:
@@ -250,7 +240,8 @@ def open_inbox_with_state(
         TypeError, ValueError: as `open_inbox` does.
     """
     state: InboxState[T] = InboxState(
-        check_buffer_size(max_buffer_size), check_stop_first(stop_first)
+        check_buffer_size("max_buffer_size", max_buffer_size),
+        check_bool("stop_first", stop_first),
     )
     # (not InboxSender[T]._create: a generic alias costs a lookup per inbox)
     sender = cast("InboxSender[T]", InboxSender._create(state))  # pyright: ignore[reportPrivateUsage]

@@ -18,10 +18,10 @@ from outcome import Error
 from trio.lowlevel import Task
 
 from ._inboxstate import Endpoint, InboxState, InboxStatistics
+from ._lowlevel import NoPublicConstructor
 from ._stop import STOP, StopType
 from ._stopposition import StopPosition
 from ._trace import TraceKind, tracing
-from ._util import NoPublicConstructor
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -21,7 +21,7 @@ import logging
 import traceback
 from typing import Final, final
 
-from ._util import as_group
+from ._groups import as_group
 
 
 def escape_surrogates(text: str) -> str:

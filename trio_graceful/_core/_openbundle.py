@@ -16,10 +16,10 @@ from typing import cast, final
 import trio
 
 from ._bundle import Bundle
+from ._checks import check_name
 from ._paths import enclosing_bundle
 from ._phase import PhaseRecord
 from ._topology import open_two_level
-from ._util import check_name
 
 
 @final
@@ -83,7 +83,7 @@ def open_bundle(*, name: str | None = None) -> _BundleManager:
     Raises:
         TypeError: if ``name`` is not a string or None.
     """
-    return _BundleManager(check_name(name))
+    return _BundleManager(check_name("name", name))
 
 
 def open_bundle_cancelling_body(*, name: str) -> _BundleManager:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType, FunctionType, MethodType
 from typing import Final, cast
 
-from ._util import is_async_def
+from ._lowlevel import is_async_def
 
 _FUNCTION_TYPES: Final = frozenset({FunctionType, MethodType})
 

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, cast, final
 import attrs
 import trio
 
+from ._groups import as_group, first_leaf, is_cancellation
+from ._lowlevel import ForwardingTaskStatus, forbid_abort
 from ._startable import as_coroutine, coroutine_of
-from ._util import ForwardingTaskStatus, as_group, first_leaf, forbid_abort
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -59,14 +60,6 @@ class ChildEvents:
 
     start_failed: Callable[[trio.lowlevel.Task], object]
     """A child ended before it was ready; its error went to its starter."""
-
-
-def is_cancellation(exc: BaseException) -> bool:
-    """True if ``exc`` is `trio.Cancelled`, or a group holding only Cancelled."""
-    if isinstance(exc, trio.Cancelled):
-        return True
-    group = as_group(exc)
-    return group is not None and group.split(trio.Cancelled)[1] is None
 
 
 @final

@@ -193,7 +193,7 @@ def _run_hooks() -> list[TraceHook]:
 
 
 def add_trace_hook(hook: TraceHook) -> None:
-    """Call ``hook(event)`` for every `TraceEvent` in the current Trio run.
+    """Call ``hook(event)`` for every `~trio_graceful.TraceEvent` of the current run.
 
     That includes the end of every child already running when the hook is
     added, however its bundle ends.

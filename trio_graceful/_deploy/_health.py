@@ -44,10 +44,10 @@ import attrs
 import h11
 import trio
 
-from .._children._admission import check_positive_int
+from .._core._checks import check_count, field_check
 from .._core._inboxreceiver import InboxReceiver
 from .._core._log import library_logger, plural
-from .._core._util import NoPublicConstructor
+from .._core._lowlevel import NoPublicConstructor
 
 logger = library_logger("trio_graceful.health")
 
@@ -136,8 +136,8 @@ class HealthEndpoint(metaclass=NoPublicConstructor):
     _answer: Callable[[], HealthAnswer]
     _idle_timeout: float
     _head_timeout: float
-    _max_connections: int = attrs.field(validator=check_positive_int)
-    _max_header_bytes: int = attrs.field(validator=check_positive_int)
+    _max_connections: int = attrs.field(validator=field_check(check_count))
+    _max_header_bytes: int = attrs.field(validator=field_check(check_count))
     # A dict for its order: among equal waits, the first admitted goes first.
     _connections: dict[_Connection, None] = attrs.field(
         factory=dict["_Connection", None], init=False

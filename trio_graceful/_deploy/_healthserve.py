@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 
 import trio
 
+from .._core._checks import check_name, check_port, check_seconds
 from .._core._inboxreceiver import InboxReceiver
-from .._core._util import check_name, check_port, check_seconds
 from ._health import HealthAnswer, HealthEndpoint
 
 
@@ -42,7 +42,7 @@ async def open_health_listeners(
             system's.
     """
     check_port("port", port)
-    check_name(host, argument="host")
+    check_name("host", host)
     try:
         return await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:

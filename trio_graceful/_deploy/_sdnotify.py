@@ -44,8 +44,9 @@ from typing import Final, final
 
 import attrs
 
+from .._core._checks import check_seconds
 from .._core._log import library_logger
-from .._core._util import NoPublicConstructor, check_seconds
+from .._core._lowlevel import NoPublicConstructor
 
 logger = library_logger("trio_graceful.sdnotify")
 

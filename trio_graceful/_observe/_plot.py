@@ -78,7 +78,7 @@ def vertical_lines(
 def draw_timeline(
     events: Sequence[TraceEvent], *, ax: Axes | None, title: str | None
 ) -> Axes:
-    """Draw ``events`` (not empty) as a timeline; see `plot_timeline`.
+    """Draw ``events`` (not empty) as a timeline; see `Trace.plot`.
 
     Without ``ax``, on a new pyplot figure (shown by Jupyter and
     ``plt.show()``), sized to hold everything drawn.

@@ -1,10 +1,9 @@
 """Recordings of trace events: keep them, plot them, export them.
 
 `record_trace` keeps the events of a Trio run in a `Trace`, which can draw
-itself (`Trace.plot`, `plot_timeline`) or save its drawing
-(`Trace.save_plot`, `save_timeline`), write itself as JSON and read itself
-back (`Trace.to_json`, `Trace.from_json`), and export itself in the Chrome
-trace-event format (`Trace.to_chrome_trace`).
+itself (`Trace.plot`) or save its drawing (`Trace.save_plot`), write itself
+as JSON and read itself back (`Trace.to_json`, `Trace.from_json`), and
+export itself in the Chrome trace-event format (`Trace.to_chrome_trace`).
 
 Events carry Trio times. A recording also takes, when it starts, the offset
 from Trio's clock to the wall clock (``time.time() - trio.current_time()``);
@@ -23,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 
+from .._core._checks import check_name
 from .._core._jsonform import (
     check_mapping,
     check_type,
@@ -33,7 +33,6 @@ from .._core._jsonform import (
     optional_float_from_json,
 )
 from .._core._trace import TraceEvent, TraceKind, add_trace_hook, remove_trace_hook
-from .._core._util import check_name
 from ._chrome import chrome_trace
 from ._plot import draw_timeline, save_figure, timeline_figure
 
@@ -81,8 +80,39 @@ class Trace:
         return [e for e in self.events if e.task == task]
 
     def plot(self, *, ax: Axes | None = None, title: str | None = None) -> Axes:
-        """Draw the trace as a timeline; see `plot_timeline`."""
-        check_name(title, argument="title")
+        """Draw the trace as a timeline, one row per task. Not a checkpoint.
+
+        Each child's life is a bar coloured by how it ended (finished, hard-
+        cancelled, raised; grey if still running when the recording stopped); a
+        black triangle marks when STOP reached it. Vertical lines mark
+        cancellations starting (dotted), hard deadlines set by them (dash-dot,
+        also when the bundle finished first or an outer hard cancel struck
+        first) and hard cancels (dashed red). Each line is labelled, above the
+        plot, with the name of the outermost bundle concerned and how many more
+        bundles it concerns; labels that would overlap go to lanes further up.
+        Times are seconds since the first event.
+
+        Rows are in the order of the tree of bundles, so nested bundles read as
+        indented blocks. A row is named after what the user named: the task's
+        name, or the name of the function it runs (``handle_client`` for
+        ``myapp.handle_client``); a task running a library's private wrapper,
+        such as the handlers `trio.serve_tcp` starts, is named after its bundle
+        and its number there (``connections #2``).
+
+        Args:
+            ax: A matplotlib ``Axes`` to draw on; a new figure if `None`.
+            title (str or None): The plot's title.
+
+        Returns:
+            The matplotlib ``Axes`` drawn on.
+
+        Raises:
+            ImportError: if matplotlib is not installed (install the ``plot``
+                extra: ``pip install "trio-graceful[plot]"``).
+            TypeError: if ``ax`` is not an ``Axes`` or ``title`` not a string.
+            ValueError: if the trace holds no events.
+        """
+        check_name("title", title)
         if not self.events:
             raise ValueError("the trace holds no events to plot")
         return draw_timeline(self.events, ax=ax, title=title)
@@ -95,12 +125,40 @@ class Trace:
         dpi: float = 100,
         format: str | None = None,
     ) -> Figure:
-        """Draw the trace as a timeline and save it; see `save_timeline`."""
-        check_name(title, argument="title")
+        """Draw the trace as a timeline and save it to ``file``. Not a checkpoint.
+
+        The drawing is `plot`'s, on a new figure sized to what it
+        holds: nothing is cut off, not the title, the lanes of line labels
+        above the plot, the legend on its right, the row names or the x label.
+        pyplot does not keep the figure, so nothing needs closing and no
+        display is needed.
+
+        Args:
+            file (str, os.PathLike or typing.IO[bytes]): Where to save: a
+                path, whose extension gives the format (``.png``, ``.svg``,
+                ``.pdf``...), or a file opened for writing bytes.
+            title (str or None): The plot's title.
+            dpi (float): Dots per inch of a raster image.
+            format (str or None): The format, if not the path's extension (PNG
+                for a file object).
+
+        Returns:
+            matplotlib.figure.Figure: The figure saved.
+
+        Raises:
+            ImportError: if matplotlib is not installed (install the ``plot``
+                extra: ``pip install "trio-graceful[plot]"``).
+            TypeError: if ``title`` or ``format`` is not a string, or ``dpi``
+                not a number.
+            ValueError: if the trace holds no events, or ``dpi`` is less than
+                10 or not finite; matplotlib's own errors for a format it
+                does not know.
+        """
+        check_name("title", title)
         check_type("dpi", dpi, (int, float), "a number of dots per inch")
         if not 10 <= dpi < math.inf:  # fewer dots: fonts fail to render
             raise ValueError(f"dpi must be >= 10 and finite, not {dpi!r}")
-        check_name(format, argument="format")
+        check_name("format", format)
         if not self.events:
             raise ValueError("the trace holds no events to plot")
         figure = timeline_figure(self.events, title=title)
@@ -181,89 +239,6 @@ class Trace:
             pid=os.getpid() if pid is None else pid,
             process_name=process_name,
         )
-
-
-def plot_timeline(
-    trace: Trace, *, ax: Axes | None = None, title: str | None = None
-) -> Axes:
-    """Draw a recorded shutdown as a timeline, one row per task.
-
-    Each child's life is a bar coloured by how it ended (finished, hard-
-    cancelled, raised; grey if still running when the recording stopped); a
-    black triangle marks when STOP reached it. Vertical lines mark
-    cancellations starting (dotted), hard deadlines set by them (dash-dot,
-    also when the bundle finished first or an outer hard cancel struck
-    first) and hard cancels (dashed red). Each line is labelled, above the
-    plot, with the name of the outermost bundle concerned and how many more
-    bundles it concerns; labels that would overlap go to lanes further up.
-    Times are seconds since the first event.
-
-    Rows are in the order of the tree of bundles, so nested bundles read as
-    indented blocks. A row is named after what the user named: the task's
-    name, or the name of the function it runs (``handle_client`` for
-    ``myapp.handle_client``); a task running a library's private wrapper,
-    such as the handlers `trio.serve_tcp` starts, is named after its bundle
-    and its number there (``connections #2``).
-
-    Args:
-        trace (Trace): A recording from `record_trace`.
-        ax: A matplotlib ``Axes`` to draw on; a new figure if `None`.
-        title (str or None): The plot's title.
-
-    Returns:
-        The matplotlib ``Axes`` drawn on.
-
-    Raises:
-        ImportError: if matplotlib is not installed (install the ``plot``
-            extra: ``pip install "trio-graceful[plot]"``).
-        TypeError: if ``trace`` is not a `Trace`, ``ax`` not an ``Axes`` or
-            ``title`` not a string.
-        ValueError: if the trace holds no events.
-    """
-    check_type("trace", trace, (Trace,), "a Trace from record_trace()")
-    return trace.plot(ax=ax, title=title)
-
-
-def save_timeline(
-    trace: Trace,
-    file: str | os.PathLike[str] | IO[bytes],
-    *,
-    title: str | None = None,
-    dpi: float = 100,
-    format: str | None = None,
-) -> Figure:
-    """Draw a recorded shutdown as a timeline and save it to ``file``.
-
-    The drawing is `plot_timeline`'s, on a new figure sized to what it
-    holds: nothing is cut off, not the title, the lanes of line labels
-    above the plot, the legend on its right, the row names or the x label.
-    pyplot does not keep the figure, so nothing needs closing and no
-    display is needed; ``trace.save_plot(file)`` does the same.
-
-    Args:
-        trace (Trace): A recording from `record_trace`.
-        file (str, os.PathLike or typing.IO[bytes]): Where to save: a path, whose
-            extension gives the format (``.png``, ``.svg``, ``.pdf``...), or
-            a file opened for writing bytes.
-        title (str or None): The plot's title.
-        dpi (float): Dots per inch of a raster image.
-        format (str or None): The format, if not the path's extension (PNG
-            for a file object).
-
-    Returns:
-        matplotlib.figure.Figure: The figure saved.
-
-    Raises:
-        ImportError: if matplotlib is not installed (install the ``plot``
-            extra: ``pip install "trio-graceful[plot]"``).
-        TypeError: if ``trace`` is not a `Trace`, ``title`` or ``format`` not
-            a string, or ``dpi`` not a number.
-        ValueError: if the trace holds no events, or ``dpi`` is less than
-            10 or not finite; matplotlib's own errors for a format it
-            does not know.
-    """
-    check_type("trace", trace, (Trace,), "a Trace from record_trace()")
-    return trace.save_plot(file, title=title, dpi=dpi, format=format)
 
 
 @contextmanager

@@ -5,7 +5,7 @@ with Hypercorn's HTTP/1.1, HTTP/2 and WebSocket protocols and its lifespan
 support, as a service of `trio_graceful.run` or a child of any bundle. At
 STOP it drains: every request already received is answered, the last
 response on each connection says ``Connection: close``, streams and
-WebSockets hear STOP in band (`stop_requested`, `wait_stop`, `until_stop`),
+WebSockets hear STOP in band (`stop_received`, `wait_stop`, `until_stop`),
 and what is still running at the cut-off ends its response properly.
 
 Needs the ``asgi`` extra: ``pip install "trio-graceful[asgi]"``.
@@ -16,55 +16,28 @@ from typing import TYPE_CHECKING
 from .._exports import lazy_names as _lazy_names
 
 if TYPE_CHECKING:
-    from ._admission import (
-        admission_gate as admission_gate,
+    from ._drain import (
+        current_stop_flag as current_stop_flag,
+        stop_deadline as stop_deadline,
+        stop_received as stop_received,
+        until_stop as until_stop,
+        wait_stop as wait_stop,
     )
-    from ._core import (
-        AsgiServerStatistics as AsgiServerStatistics,
+    from ._middleware import (
+        AdmissionMiddleware as AdmissionMiddleware,
     )
     from ._server import (
         AsgiServer as AsgiServer,
         serve_asgi as serve_asgi,
     )
-    from ._stop import (
-        current_stop_flag as current_stop_flag,
-        stop_deadline as stop_deadline,
-        stop_requested as stop_requested,
-        until_stop as until_stop,
-        wait_stop as wait_stop,
+    from ._serverstate import (
+        AsgiServerStatistics as AsgiServerStatistics,
     )
-    from ._threads import (
+    from ._syncendpoints import (
         sync_to_async as sync_to_async,
     )
 
-__all__ = [
-    "AsgiServer",
-    "AsgiServerStatistics",
-    "admission_gate",
-    "current_stop_flag",
-    "serve_asgi",
-    "stop_deadline",
-    "stop_requested",
-    "sync_to_async",
-    "until_stop",
-    "wait_stop",
-]
-
-# Each name is loaded from its module on first use (see trio_graceful._exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._admission": ("admission_gate",),
-    "._core": ("AsgiServerStatistics",),
-    "._server": ("AsgiServer", "serve_asgi"),
-    "._stop": (
-        "current_stop_flag",
-        "stop_deadline",
-        "stop_requested",
-        "until_stop",
-        "wait_stop",
-    ),
-    "._threads": ("sync_to_async",),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names

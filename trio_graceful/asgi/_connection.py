@@ -43,9 +43,9 @@ from hypercorn.typing import ConnectionState, TaskGroup
 
 from .._core._log import library_logger
 from .._core._openbundle import open_bundle
-from ._apps import AppTasks
-from ._core import ServerCore
 from ._protocols import ServerProtocol
+from ._requests import AppTasks
+from ._serverstate import ServerState
 
 logger = library_logger("trio_graceful.asgi")
 
@@ -67,10 +67,10 @@ class Connection:
 
     def __init__(
         self,
-        core: ServerCore,
+        state: ServerState,
         stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
     ) -> None:
-        self._core = core
+        self._state = state
         self._stream = stream
         self._tls = isinstance(stream, trio.SSLStream)
         transport = (
@@ -95,8 +95,8 @@ class Connection:
         self._reader = trio.CancelScope()
         # The scope of the reader's current wait for data.
         self._wait = trio.CancelScope()
-        self._keep_alive = float(core.config.keep_alive_timeout)
-        self._read_timeout = float(core.config.read_timeout or math.inf)
+        self._keep_alive = float(state.config.keep_alive_timeout)
+        self._read_timeout = float(state.config.read_timeout or math.inf)
         # When the last response ended; accepted, the client's first
         # request is on its way.
         self._idle_since = trio.current_time()
@@ -107,7 +107,7 @@ class Connection:
     @property
     def draining(self) -> bool:
         """True once the server got STOP."""
-        return self._core.drain.stopped.is_set()
+        return self._state.drain.stopped.is_set()
 
     @property
     def cut_off(self) -> bool:
@@ -117,7 +117,7 @@ class Connection:
     @property
     def hard_deadline(self) -> float:
         """The server's hard deadline; `math.inf` before STOP."""
-        return self._core.drain.deadline
+        return self._state.drain.deadline
 
     def peek(self) -> bytes:
         """Return what the socket holds unread (nothing for TLS). Not a checkpoint."""
@@ -128,7 +128,7 @@ class Connection:
 
     def request_cut(self, name: str, what: str) -> None:
         """Record a request that was cut off; ``what`` says how it ended."""
-        self._core.request_cut(name, what)
+        self._state.request_cut(name, what)
 
     @property
     def requests(self) -> frozenset[trio.lowlevel.Task]:
@@ -178,7 +178,7 @@ class Connection:
             if not self._peer_closed and self._socket.fileno() != -1:
                 self._discard_unread()
             await trio.aclose_forcefully(self._stream)
-            self._core.connection_ended(self)
+            self._state.connection_ended(self)
 
     async def _serve(self, helpers: trio.Nursery) -> None:
         async with open_bundle(name="requests") as apps:
@@ -199,27 +199,27 @@ class Connection:
         if not isinstance(stream, trio.SSLStream):
             return True
         try:
-            with trio.fail_after(self._core.config.ssl_handshake_timeout):
+            with trio.fail_after(self._state.config.ssl_handshake_timeout):
                 await stream.do_handshake()
         except (trio.BrokenResourceError, trio.TooSlowError):
             return False
         return True
 
     def _open_protocol(self, tasks: AppTasks) -> ServerProtocol:
-        core = self._core
+        state = self._state
         sock = self._socket
         if isinstance(self._stream, trio.SSLStream):
             alpn = self._stream.selected_alpn_protocol()
         else:
             alpn = "http/1.1"
         return ServerProtocol(
-            core.app,
-            core.config,
-            core.context,
+            state.app,
+            state.config,
+            state.context,
             # Hypercorn's TaskGroup protocol asks for an async context
             # manager too, which its protocols never use.
             cast("TaskGroup", tasks),
-            ConnectionState(core.lifespan_state.copy()),
+            ConnectionState(state.lifespan_state.copy()),
             tls=self._tls,
             client=_host_and_port(sock.getpeername()),
             server=_host_and_port(sock.getsockname()),
@@ -269,7 +269,7 @@ class Connection:
         if not self.draining:
             return self._idle_since + self._keep_alive
         held = self._idle_since + DRAIN_KEEP_ALIVE
-        if protocol.announces_close or held >= self._core.drain.cutoff:
+        if protocol.announces_close or held >= self._state.drain.cutoff:
             return -math.inf
         return held
 
@@ -409,7 +409,7 @@ class Connection:
             # Never past the cut-off: the rest of the time is for the
             # requests cut off and the lifespan's shutdown.
             with trio.move_on_at(
-                min(trio.current_time() + LINGER, self._core.drain.cutoff)
+                min(trio.current_time() + LINGER, self._state.drain.cutoff)
             ):
                 while await stream.receive_some(MAX_RECV):
                     pass

@@ -1,8 +1,20 @@
 """The app's lifespan: Hypercorn's, with its failures raised where they are awaited.
 
-Hypercorn 0.18's ``wait_for_shutdown`` bounds the shutdown with
-``shutdown_timeout`` but says "startup" when it runs out; `AppLifespan`
-names the shutdown.
+Port map, against Hypercorn 0.18.0's ``hypercorn/trio/lifespan.py``
+(``Lifespan``), whose methods `AppLifespan` calls unchanged except one:
+
+* ``asgi_send`` (overridden): upstream sets its startup or shutdown event
+  for a ``complete`` message and raises ``LifespanFailureError`` for a
+  ``failed`` one, in the app's lifespan task, where ``handle_lifespan``
+  re-raises it; ``wait_for_startup`` then returns as if all was well (the
+  ``finally`` of ``handle_lifespan`` sets both events). Here the failure is
+  also kept, and raised again by `AppLifespan.start` or
+  `AppLifespan.shut_down`, in the server's task.
+* ``handle_lifespan``: upstream's, run by ``_run``, which drops the
+  failure it raises (the caller gets it instead).
+* ``wait_for_shutdown``: upstream's, which bounds the shutdown with
+  ``shutdown_timeout`` but says "startup" when it runs out; `shut_down`
+  raises the same error naming the shutdown.
 """
 
 from __future__ import annotations
@@ -15,7 +27,7 @@ from hypercorn.trio.lifespan import Lifespan
 from hypercorn.typing import ASGISendEvent
 from hypercorn.utils import LifespanFailureError, LifespanTimeoutError
 
-from ._core import ServerCore
+from ._serverstate import ServerState
 
 
 @final
@@ -27,8 +39,8 @@ class AppLifespan(Lifespan):
     kept when the app reports it, and raised by `start` or `shut_down`.
     """
 
-    def __init__(self, core: ServerCore) -> None:
-        super().__init__(core.app, core.config, core.lifespan_state)
+    def __init__(self, state: ServerState) -> None:
+        super().__init__(state.app, state.config, state.lifespan_state)
         self._failure: LifespanFailureError | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:

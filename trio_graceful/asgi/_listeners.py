@@ -24,7 +24,7 @@ from hypercorn.config import Config, Sockets
 from .._core._bundle import Bundle
 from .._core._log import library_logger
 from ._connection import Connection
-from ._core import ServerCore
+from ._serverstate import ServerState
 
 logger = library_logger("trio_graceful.asgi")
 
@@ -177,7 +177,7 @@ def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
     )
 
 
-async def accept(listener: Listener, connections: Bundle, core: ServerCore) -> None:
+async def accept(listener: Listener, connections: Bundle, state: ServerState) -> None:
     """Serve each connection ``listener`` accepts as a child of ``connections``.
 
     Each time it wakes, it accepts every connection in the queue. Returns
@@ -193,16 +193,16 @@ async def accept(listener: Listener, connections: Bundle, core: ServerCore) -> N
             logger.error("accept failed, trying again in 0.1 s: %s", exc)
             await trio.sleep(0.1)
             continue
-        _serve(stream, connections, core)
+        _serve(stream, connections, state)
         # And the rest of the queue, as asyncio's loop does: one accept per
         # turn of a busy scheduler would leave connections queued, their
         # requests unread, for as many turns.
         for queued in listener.accept_queued():
-            _serve(queued, connections, core)
+            _serve(queued, connections, state)
 
 
 def stop_listening(
-    listeners: Sequence[Listener], connections: Bundle, core: ServerCore
+    listeners: Sequence[Listener], connections: Bundle, state: ServerState
 ) -> int:
     """Close the listeners; serve the connections still in their queues.
 
@@ -215,11 +215,11 @@ def stop_listening(
         queued += listener.accept_queued()
         listener.close()
     for stream in queued:
-        _serve(stream, connections, core)
+        _serve(stream, connections, state)
     return len(queued)
 
 
-def _serve(stream: Stream, connections: Bundle, core: ServerCore) -> None:
-    connection = Connection(core, stream)
-    core.connection_started(connection)
+def _serve(stream: Stream, connections: Bundle, state: ServerState) -> None:
+    connection = Connection(state, stream)
+    state.connection_started(connection)
     connections.start_soon(connection.serve, name=connection.name)

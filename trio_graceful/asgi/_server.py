@@ -10,7 +10,7 @@ The sequence of one server:
 3. At STOP the listeners close, the connections in their queues are
    served, every connection is told (idle ones close once their client has
    had a moment to send another request, busy ones after their last
-   response, HTTP/2 ones get GOAWAY), and so is the app (`stop_requested`,
+   response, HTTP/2 ones get GOAWAY), and so is the app (`stop_received`,
    `until_stop`...).
 4. At the cut-off, a little before the hard deadline, what still runs is
    cut off: each request ends its response, and its connection closes.
@@ -32,18 +32,18 @@ from hypercorn.config import Config
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.typing import ASGIFramework
 
-from .._children._admission import check_count
 from .._children._threads import ThreadBudget, share_default_thread_limiter
+from .._core._checks import check_count, check_seconds
 from .._core._inbox import InboxReceiver
+from .._core._lowlevel import NoPublicConstructor
 from .._core._openbundle import open_bundle
 from .._core._stop import STOP
-from .._core._util import NoPublicConstructor, check_seconds
 from ._config import server_config
-from ._core import AsgiServerStatistics, ServerCore
+from ._drain import enter_drain
 from ._lifespan import AppLifespan
 from ._listeners import accept, listen, stop_listening
-from ._shutdown import drain, parent_bundle
-from ._stop import enter_drain
+from ._serverstate import AsgiServerStatistics, ServerState
+from ._shutdown import drain_server, parent_bundle
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -53,15 +53,15 @@ if sys.version_info < (3, 11):  # pragma: no cover
 class AsgiServer(metaclass=NoPublicConstructor):
     """A running `serve_asgi` server: what it passes to ``task_status.started``."""
 
-    __slots__ = ("_core", "addresses", "urls")
+    __slots__ = ("_state", "addresses", "urls")
 
     def __init__(
         self,
-        core: ServerCore,
+        state: ServerState,
         urls: tuple[str, ...],
         addresses: tuple[tuple[str, int], ...],
     ) -> None:
-        self._core = core
+        self._state = state
         self.urls = urls
         """The URLs the server listens on, like ``http://127.0.0.1:8000``."""
         self.addresses = addresses
@@ -79,18 +79,18 @@ class AsgiServer(metaclass=NoPublicConstructor):
         statistics count every thread that holds one, and tell which were
         abandoned.
         """
-        return self._core.drain.budget
+        return self._state.drain.budget
 
     def running_requests(self) -> list[str]:
         """Return the requests running now, as ``"GET /path"``, sorted.
 
         Not a checkpoint.
         """
-        return self._core.running_requests()
+        return self._state.running_requests()
 
     def statistics(self) -> AsgiServerStatistics:
         """Return an `AsgiServerStatistics` snapshot. Not a checkpoint."""
-        return self._core.statistics()
+        return self._state.statistics()
 
 
 async def serve_asgi(
@@ -123,7 +123,7 @@ async def serve_asgi(
     connections close (FIN) once their client has had a second since its
     last response to send another request, which is answered too; HTTP/2
     connections get GOAWAY and their streams finish; the app hears STOP
-    (`stop_requested`, `wait_stop`, `until_stop`). Whatever still runs at
+    (`stop_received`, `wait_stop`, `until_stop`). Whatever still runs at
     the *cut-off* (``reserve`` seconds before the hard deadline, or the last
     tenth of the time left if that is shorter) is cancelled, and its
     response ended: a 503 with ``Connection: close`` if it had not started,
@@ -199,32 +199,34 @@ async def _serve(
     task_status: trio.TaskStatus[AsgiServer],
 ) -> None:
     budget = share_default_thread_limiter(thread_tokens)
-    core = ServerCore(ASGIWrapper(cast("ASGIFramework", app)), config, budget)
+    state = ServerState(ASGIWrapper(cast("ASGIFramework", app)), config, budget)
     parent = parent_bundle()
     # Bound first: an address in use fails the start before the app starts.
     listeners, urls, addresses = listen(config)
-    server = AsgiServer._create(core, tuple(urls), tuple(addresses))  # pyright: ignore[reportPrivateUsage]
+    server = AsgiServer._create(state, tuple(urls), tuple(addresses))  # pyright: ignore[reportPrivateUsage]
     try:
         with _one_error():
             async with trio.open_nursery() as nursery:
-                lifespan = AppLifespan(core)
+                lifespan = AppLifespan(state)
                 await lifespan.start(nursery)
-                enter_drain(core.drain)
+                enter_drain(state.drain)
                 async with open_bundle(name="connections") as connections:
                     for listener, url in zip(listeners, server.urls, strict=True):
                         connections.start_soon(
                             accept,
                             listener,
                             connections,
-                            core,
+                            state,
                             name=f"accept on {url}",
                         )
                     task_status.started(server)
                     while await inbox.receive() is not STOP:
                         pass  # nothing but STOP is meant for a server
-                    await drain(
-                        core,
-                        functools.partial(stop_listening, listeners, connections, core),
+                    await drain_server(
+                        state,
+                        functools.partial(
+                            stop_listening, listeners, connections, state
+                        ),
                         reserve,
                         parent,
                     )

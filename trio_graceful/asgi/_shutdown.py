@@ -18,7 +18,7 @@ import trio
 from .._core._bundle import Bundle
 from .._core._log import library_logger, plural
 from .._core._openbundle import current_bundle
-from ._core import ServerCore
+from ._serverstate import ServerState
 
 logger = library_logger("trio_graceful.asgi")
 
@@ -31,8 +31,8 @@ def cutoff(deadline: float, now: float, reserve: float) -> float:
     return deadline - min(reserve, (deadline - now) / 10)
 
 
-async def drain(
-    core: ServerCore,
+async def drain_server(
+    state: ServerState,
     stop_listening: Callable[[], int],
     reserve: float,
     parent: Bundle | None,
@@ -48,36 +48,36 @@ async def drain(
     deadline = trio.current_effective_deadline()
     cut = cutoff(deadline, now, reserve) if deadline < math.inf else math.inf
     # Told of the drain before they run: served as every other connection.
-    core.drain.begin(cutoff=cut, deadline=deadline)
+    state.drain.begin(cutoff=cut, deadline=deadline)
     queued = stop_listening()
-    await core.context.terminated.set()
+    await state.context.terminated.set()
     logger.info(
         "STOP: draining %s, %s running; cut-off in %s",
-        plural(len(core.connections), "connection"),
-        plural(sum(len(c.requests) for c in core.connections), "request"),
+        plural(len(state.connections), "connection"),
+        plural(sum(len(c.requests) for c in state.connections), "request"),
         "never" if cut == math.inf else f"{cut - now:.1f} s",
     )
     if queued:
         logger.info(
             "STOP: %s taken from the listeners' queues", plural(queued, "connection")
         )
-    for connection in list(core.connections):
+    for connection in list(state.connections):
         connection.stop()
     with trio.move_on_at(cut):
-        await _wait_closed(core, cut)
-    if core.connections:
-        running = core.running_requests()
+        await _wait_closed(state, cut)
+    if state.connections:
+        running = state.running_requests()
         logger.warning(
             "cut-off: %s open, %s running%s",
-            plural(len(core.connections), "connection"),
+            plural(len(state.connections), "connection"),
             plural(len(running), "request"),
             (", ending them: " + ", ".join(running)) if running else "",
         )
         async with trio.open_nursery() as nursery:
-            for connection in list(core.connections):
+            for connection in list(state.connections):
                 nursery.start_soon(connection.cut)
-        _tell_bundle(core, parent)
-        await _wait_closed(core, deadline)
+        _tell_bundle(state, parent)
+        await _wait_closed(state, deadline)
 
 
 def parent_bundle() -> Bundle | None:
@@ -89,26 +89,26 @@ def parent_bundle() -> Bundle | None:
     return bundle if trio.lowlevel.current_task() in bundle else None
 
 
-def _tell_bundle(core: ServerCore, bundle: Bundle | None) -> None:
+def _tell_bundle(state: ServerState, bundle: Bundle | None) -> None:
     """Put what the cut-off did in the report of the server's bundle."""
     if bundle is None:
         return
-    for request in core.cut_off:
+    for request in state.cut_off:
         bundle.note(f"cut off: {request}")
-    for thread in core.drain.threads_abandoned:
+    for thread in state.drain.threads_abandoned:
         bundle.note_abandoned(f"thread {thread!r}")
 
 
-async def _wait_closed(core: ServerCore, until: float) -> None:
-    while core.connections:
+async def _wait_closed(state: ServerState, until: float) -> None:
+    while state.connections:
         with trio.move_on_after(PROGRESS_INTERVAL):
-            await core.wait_all_closed()
-        if core.connections:
-            running = core.running_requests()
+            await state.wait_all_closed()
+        if state.connections:
+            running = state.running_requests()
             left = until - trio.current_time()
             logger.info(
                 "draining: %s open, %s running%s%s",
-                plural(len(core.connections), "connection"),
+                plural(len(state.connections), "connection"),
                 plural(len(running), "request"),
                 (": " + ", ".join(running)) if running else "",
                 f"; {left:.1f} s to go" if left < math.inf else "",

@@ -10,31 +10,27 @@ from typing import TYPE_CHECKING
 from .._exports import lazy_names as _lazy_names
 
 if TYPE_CHECKING:
-    from ._context import (
+    from ._context import JobContext as JobContext
+    from ._exceptions import (
         CallTimeoutError as CallTimeoutError,
-        JobContext as JobContext,
+        IllegalJobTransitionError as IllegalJobTransitionError,
+        JobNotFoundError as JobNotFoundError,
         JobStopped as JobStopped,
-    )
-    from ._functions import JobFunction as JobFunction
-    from ._leases import (
         LostJobError as LostJobError,
-        WorkerReplacedError as WorkerReplacedError,
-    )
-    from ._open import open_store as open_store
-    from ._outages import (
+        StoreError as StoreError,
         StoreGoneError as StoreGoneError,
         StoreUnavailableError as StoreUnavailableError,
+        WorkerReplacedError as WorkerReplacedError,
     )
+    from ._functions import JobFunction as JobFunction
+    from ._open import open_store as open_store
     from ._records import (
         AuditEvent as AuditEvent,
         JobRecord as JobRecord,
     )
-    from ._sql import StoreError as StoreError
     from ._states import (
         TRANSITIONS as TRANSITIONS,
-        IllegalJobTransitionError as IllegalJobTransitionError,
         JobEvent as JobEvent,
-        JobNotFoundError as JobNotFoundError,
         JobState as JobState,
     )
     from ._store import JobStore as JobStore
@@ -43,49 +39,7 @@ if TYPE_CHECKING:
         WorkerStatistics as WorkerStatistics,
     )
 
-__all__ = [
-    "TRANSITIONS",
-    "AuditEvent",
-    "CallTimeoutError",
-    "IllegalJobTransitionError",
-    "JobContext",
-    "JobEvent",
-    "JobFunction",
-    "JobNotFoundError",
-    "JobRecord",
-    "JobState",
-    "JobStopped",
-    "JobStore",
-    "LostJobError",
-    "StoreError",
-    "StoreGoneError",
-    "StoreUnavailableError",
-    "Worker",
-    "WorkerReplacedError",
-    "WorkerStatistics",
-    "open_store",
-]
-
-# Each name is loaded from its module on first use (see trio_graceful._exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._context": ("CallTimeoutError", "JobContext", "JobStopped"),
-    "._records": ("AuditEvent", "JobRecord"),
-    "._sql": ("StoreError",),
-    "._states": (
-        "TRANSITIONS",
-        "IllegalJobTransitionError",
-        "JobEvent",
-        "JobNotFoundError",
-        "JobState",
-    ),
-    "._leases": ("LostJobError", "WorkerReplacedError"),
-    "._open": ("open_store",),
-    "._outages": ("StoreGoneError", "StoreUnavailableError"),
-    "._store": ("JobStore",),
-    "._functions": ("JobFunction",),
-    "._worker": ("Worker", "WorkerStatistics"),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names

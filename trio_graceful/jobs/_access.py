@@ -25,8 +25,8 @@ import attrs
 import trio
 
 from .._core._log import library_logger
-from .._run._lifecycle import Lifecycle, LifecycleState
-from ._outages import StoreUnavailableError
+from .._run._program._lifecycle import Lifecycle, LifecycleState
+from ._exceptions import StoreUnavailableError
 from ._store import JobStore
 
 logger = library_logger("trio_graceful.jobs")

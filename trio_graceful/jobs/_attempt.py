@@ -37,7 +37,8 @@ import attrs
 import outcome
 import trio
 
-from .._core._statetable import describe_sources
+from .._core._statetable import StateTable
+from ._exceptions import IllegalAttemptTransitionError
 from ._records import JobRecord
 
 
@@ -94,9 +95,9 @@ ATTEMPT_TRANSITIONS: Final[Mapping[tuple[AttemptState, AttemptEvent], AttemptSta
 )
 """Every legal move of an attempt: ``(state, event) -> next state``."""
 
-
-class IllegalAttemptTransitionError(RuntimeError):
-    """An event that the attempt table does not allow; nothing changed."""
+ATTEMPT_TABLE: Final = StateTable(
+    ATTEMPT_TRANSITIONS, AttemptState, error=IllegalAttemptTransitionError
+)
 
 
 @attrs.define(eq=False)
@@ -126,15 +127,9 @@ class Attempt:
         Raises:
             IllegalAttemptTransitionError: if the table has no such move.
         """
-        target = ATTEMPT_TRANSITIONS.get((self.state, event))
-        if target is None:
-            legal = describe_sources(
-                state for state in AttemptState if (state, event) in ATTEMPT_TRANSITIONS
-            )
-            raise IllegalAttemptTransitionError(
-                f"job {self.job.id}: an attempt cannot {event.value} while "
-                f"{self.state.value}; that is legal only while {legal}"
-            )
+        target = ATTEMPT_TABLE.move(
+            self.state, event, subject=f"job {self.job.id}: an attempt"
+        )
         if target is not self.state:
             self.state = target
             self._changed.set()

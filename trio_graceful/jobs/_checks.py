@@ -9,11 +9,13 @@ on SQLite and on PostgreSQL instead of whatever the driver makes of it
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final, cast
 
-from .._core._util import check_seconds
-from ._states import JobNotFoundError
+import attrs
+
+from .._core._checks import check_seconds
+from ._exceptions import JobNotFoundError
 
 # PostgreSQL's INTEGER, the narrower of the two stores' integer columns.
 MAX_INT: Final = 2**31 - 1
@@ -72,7 +74,7 @@ def check_kinds(kinds: object) -> tuple[str, ...] | None:
     return tuple(sorted(checked))
 
 
-def check_job_id(job_id: object) -> str:
+def check_job_id(job_id: object, *, argument: str = "job_id") -> str:
     """Return ``job_id`` if it is a string that can name a job.
 
     Raises:
@@ -81,7 +83,7 @@ def check_job_id(job_id: object) -> str:
             even look it up).
     """
     if not isinstance(job_id, str):
-        raise TypeError(f"job_id must be a string, not {job_id!r}")
+        raise TypeError(f"{argument} must be a string, not {job_id!r}")
     if not is_text(job_id):
         raise JobNotFoundError(f"no job with id {job_id!r}")
     return job_id
@@ -98,6 +100,20 @@ def check_count(value: object, *, argument: str) -> int:
         raise TypeError(f"{argument} must be an int, not {value!r}")
     if not 1 <= value <= MAX_INT:
         raise ValueError(f"{argument} must be in 1..{MAX_INT}, not {value!r}")
+    return value
+
+
+def check_at_least_one(value: object, *, argument: str) -> int:
+    """Return ``value`` if it is an int >= 1.
+
+    Raises:
+        TypeError: if it is not an int (`bool` is refused too).
+        ValueError: if it is less than 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be an int, not {value!r}")
+    if value < 1:
+        raise ValueError(f"{argument} must be >= 1, not {value!r}")
     return value
 
 
@@ -128,6 +144,30 @@ def check_timeout(value: object, *, argument: str = "timeout") -> float | None:
     return None if value is None else check_duration(value, argument=argument)
 
 
+def checked_as(
+    check: Callable[..., object], **options: object
+) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator: ``check(value, argument=<the field's name>, **options)``.
+
+    The message names the argument as the field does, with no second
+    spelling of the name to drift from it.
+    """
+
+    def validate(
+        instance: object, attribute: attrs.Attribute[Any], value: object
+    ) -> None:
+        del instance
+        check(value, argument=attribute.name, **options)
+
+    return validate
+
+
+def seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: ``value`` is seconds >= 0 (`check_seconds`)."""
+    del instance
+    check_seconds(attribute.name, value)
+
+
 def check_incarnation(incarnation: object) -> str | None:
     """Return ``incarnation`` if it is None or valid text."""
     if incarnation is None:
@@ -136,36 +176,16 @@ def check_incarnation(incarnation: object) -> str | None:
 
 
 def claim_options(
-    worker: object,
-    lease: object,
-    stale_after: object,
-    kinds: object,
-    incarnation: object,
+    lease: object, stale_after: object, kinds: object, incarnation: object
 ) -> dict[str, Any]:
-    """The checked arguments of a claim, as the queries take them."""
+    """The checked options of a claim, as `_holding.claim_many` takes them."""
     return {
-        "worker": check_text(worker, argument="worker"),
         "lease": check_duration(lease, argument="lease"),
         "stale_after": (
             None if stale_after is None else check_seconds("stale_after", stale_after)
         ),
         "kinds": check_kinds(kinds),
         "incarnation": check_incarnation(incarnation),
-    }
-
-
-def finish_options(
-    job_id: object, worker: object, attempt: object, reason: object, traceback: object
-) -> dict[str, Any]:
-    """The checked arguments of a worker's transition, as the queries take them."""
-    return {
-        "job_id": check_job_id(job_id),
-        "worker": check_text(worker, argument="worker"),
-        "attempt": check_count(attempt, argument="attempt"),
-        "reason": check_text(reason, argument="reason", empty=True),
-        "traceback": (
-            None if traceback is None else check_text(traceback, argument="traceback")
-        ),
     }
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import attrs
 
 from .._core._log import library_logger
-from ._leases import LostJobError
+from ._exceptions import IllegalJobTransitionError, LostJobError
 from ._records import JobRecord
-from ._states import TRANSITIONS, IllegalJobTransitionError, JobEvent
+from ._states import JOB_TABLE, JobEvent
 from ._store import JobStore
 
 logger = library_logger("trio_graceful.jobs")
@@ -120,7 +120,7 @@ class Claims:
             IllegalJobTransitionError: if the table does not allow ``event``.
         """
         store = self.store
-        target = TRANSITIONS[job.state, event]
+        target = JOB_TABLE.move(job.state, event, subject=f"job {job.id}")
         try:
             if not retry and target.terminal and limit:
                 with self.uncertain_on_failure():

@@ -1,7 +1,7 @@
 """What a running job sees: its STOP, its progress, per-call timeouts, threads.
 
 A job function gets a `JobContext`. Cancellation and a worker's shutdown
-reach it in band first: `JobContext.stop_requested` becomes true and
+reach it in band first: `JobContext.stop_received` becomes true and
 `JobContext.checkpoint` raises `JobStopped`, at points the job chooses.
 Only if the job has not ended when the grace runs out is it hard-cancelled.
 """
@@ -18,42 +18,13 @@ import trio
 
 from .._children._threads import StopFlag, ThreadBudget, run_in_thread
 from .._core._bundle import Bundle
-from .._core._util import NoPublicConstructor
+from .._core._lowlevel import NoPublicConstructor
 from ._checks import check_timeout
+from ._exceptions import CallTimeoutError, JobStopped
 from ._jsonrule import check_object
 from ._records import JobRecord
 
 R = TypeVar("R")
-
-
-class JobStopped(BaseException):
-    """Raised by `JobContext.checkpoint` once the job has been asked to stop.
-
-    Let it propagate: the worker then ends the job as cancelled (after a
-    cancel request) or hands it back to the queue (at the worker's shutdown).
-    Like `trio.Cancelled`, it derives from `BaseException`, not `Exception`,
-    so that a job's ``except Exception:`` (around a call to a provider, say)
-    lets it through instead of swallowing the stop until the hard cancel.
-    Catch it by name to clean up, and raise it again.
-    """
-
-
-class CallTimeoutError(Exception):
-    """A call run under `JobContext.call_timeout` took longer than its limit.
-
-    Attributes:
-        name (str): The call's name.
-        elapsed (float): Seconds it ran.
-        limit (float): Seconds it was allowed.
-    """
-
-    def __init__(self, name: str, elapsed: float, limit: float) -> None:
-        super().__init__(
-            f"call {name!r} timed out after {elapsed:g} s (limit {limit:g} s)"
-        )
-        self.name = name
-        self.elapsed = elapsed
-        self.limit = limit
 
 
 @final
@@ -99,8 +70,8 @@ class JobContext(metaclass=NoPublicConstructor):
         return tuple(self._failed)
 
     @property
-    def stop_requested(self) -> bool:
-        """True once the job has been asked to stop (cancel or shutdown)."""
+    def stop_received(self) -> bool:
+        """True once the job has got STOP (from a cancel or the worker's shutdown)."""
         return self._stop.is_set()
 
     def _request_stop(self) -> None:
@@ -112,7 +83,7 @@ class JobContext(metaclass=NoPublicConstructor):
         This is a checkpoint.
 
         Raises:
-            JobStopped: if `stop_requested`.
+            JobStopped: if `stop_received`.
         """
         await trio.lowlevel.checkpoint()
         if self._stop.is_set():

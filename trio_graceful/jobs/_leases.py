@@ -14,30 +14,13 @@ process renews to expire.
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Collection
 from typing import Any
 
+from ._exceptions import LostJobError, WorkerReplacedError
 from ._records import JobRecord
+from ._sql import Database
 from ._states import JobEvent, JobState
-
-
-class WorkerReplacedError(RuntimeError):
-    """Another process took over this worker's id (it was restarted).
-
-    The old process stops at once: its jobs are the new one's to settle.
-    """
-
-
-class LostJobError(RuntimeError):
-    """A worker wrote to a job attempt that is no longer its own.
-
-    Another worker settled the job after this one's lease expired (queued
-    it again, or failed, cancelled or timed it out), and the job may run on
-    a later attempt since; the write is refused and changes nothing. The
-    message names the job, the attempt and where the job is now.
-    """
 
 
 def lost_job_error(
@@ -74,208 +57,186 @@ def lost_job_error(
 _HELD = (JobState.RUNNING.value, JobState.CANCELLING.value, JobState.TIMING_OUT.value)
 
 
-class LeaseQueries(abc.ABC):
-    """The lease operations of `SqlQueries`, over its statements."""
+def renew(
+    db: Database,
+    worker: str,
+    expires_at: float,
+    *,
+    incarnation: str | None,
+    take_over: bool = False,
+    unless_after: float | None = None,
+) -> str | None:
+    """Extend the lease; return the incarnation that held it before.
 
-    lock_row: str
-    lock_rows: str
-
-    @abc.abstractmethod
-    def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """As `SqlQueries._execute`."""
-
-    @abc.abstractmethod
-    def _transaction(self) -> AbstractContextManager[None]:
-        """As `SqlQueries._transaction`."""
-
-    @abc.abstractmethod
-    def _now(self, now: float) -> float:
-        """As `SqlQueries._now`."""
-
-    @abc.abstractmethod
-    def _select(self, where: str, args: Sequence[Any]) -> list[JobRecord]:
-        """The jobs matching ``where``, by id, locked as a claim locks them."""
-
-    @abc.abstractmethod
-    def _write(
-        self,
-        job: JobRecord,
-        event: JobEvent,
-        *,
-        now: float,
-        worker: str | None,
-        reason: str,
-        changes: Mapping[str, Any],
-        unless_leased: bool = False,
-    ) -> JobRecord:
-        """As `SqlQueries._write`."""
-
-    def _renew(
-        self,
-        worker: str,
-        expires_at: float,
-        *,
-        incarnation: str | None,
-        take_over: bool = False,
-        unless_after: float | None = None,
-    ) -> str | None:
-        """Extend the lease; return the incarnation that held it before.
-
-        ``incarnation=None`` renews whoever holds the row (tests and tools).
-        A lease that ends after ``unless_after`` is left as it is: nothing is
-        written for it (the incarnation is checked all the same).
-        """
-        rows = self._execute(
-            f"SELECT incarnation FROM job_incarnations WHERE id = ?{self.lock_row}",
-            (worker,),
+    ``incarnation=None`` renews whoever holds the row (tests and tools).
+    A lease that ends after ``unless_after`` is left as it is: nothing is
+    written for it (the incarnation is checked all the same).
+    """
+    rows = db.execute(
+        f"SELECT incarnation FROM job_incarnations WHERE id = ?{db.dialect.lock_row}",
+        (worker,),
+    )
+    before: str | None = rows[0][0] if rows else None
+    if incarnation is None:
+        incarnation = before or ""
+    elif before not in (None, incarnation) and not take_over:
+        raise WorkerReplacedError(
+            f"worker id {worker!r} was taken over by another process "
+            f"(incarnation {before}); this one ({incarnation}) stops"
         )
-        before: str | None = rows[0][0] if rows else None
-        if incarnation is None:
-            incarnation = before or ""
-        elif before not in (None, incarnation) and not take_over:
-            raise WorkerReplacedError(
-                f"worker id {worker!r} was taken over by another process "
-                f"(incarnation {before}); this one ({incarnation}) stops"
-            )
-        self._execute(
-            "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at "
-            "WHERE job_workers.expires_at <= ?",
-            (worker, expires_at, expires_at if unless_after is None else unless_after),
+    db.execute(
+        "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at "
+        "WHERE job_workers.expires_at <= ?",
+        (worker, expires_at, expires_at if unless_after is None else unless_after),
+    )
+    if incarnation != before:
+        db.execute(
+            "INSERT INTO job_incarnations (id, incarnation) VALUES (?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET incarnation = excluded.incarnation",
+            (worker, incarnation),
         )
-        if incarnation != before:
-            self._execute(
-                "INSERT INTO job_incarnations (id, incarnation) VALUES (?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET incarnation = excluded.incarnation",
-                (worker, incarnation),
-            )
-        return before
+    return before
 
-    def renew_lease(
-        self, worker: str, *, now: float, lease: float, incarnation: str | None = None
-    ) -> None:
-        with self._transaction():
-            self._renew(worker, self._now(now) + lease, incarnation=incarnation)
 
-    def take_over(
-        self, worker: str, *, now: float, lease: float, incarnation: str
-    ) -> list[JobRecord]:
-        """Hold ``worker``'s lease as ``incarnation``; settle what the id held.
+def renew_lease(
+    db: Database,
+    worker: str,
+    *,
+    now: float,
+    lease: float,
+    incarnation: str | None = None,
+) -> None:
+    """Extend ``worker``'s lease to ``lease`` seconds from now."""
+    with db.transaction():
+        renew(db, worker, db.now(now) + lease, incarnation=incarnation)
 
-        Returns the jobs settled: those of an earlier process under the id.
-        """
-        with self._transaction():
-            now = self._now(now)
-            self._renew(worker, now + lease, incarnation=incarnation, take_over=True)
-            jobs = self._select("state IN (?, ?, ?) AND worker = ?", (*_HELD, worker))
-            why = f"worker {worker!r} was restarted (a new process took its id)"
-            return [self._settle(job, now=now, rescuer=worker, why=why) for job in jobs]
 
-    def drop_lease(self, worker: str) -> None:
-        with self._transaction():
-            self._execute("DELETE FROM job_workers WHERE id = ?", (worker,))
-            self._execute("DELETE FROM job_incarnations WHERE id = ?", (worker,))
+def take_over(
+    db: Database, worker: str, *, now: float, lease: float, incarnation: str
+) -> list[JobRecord]:
+    """Hold ``worker``'s lease as ``incarnation``; settle what the id held.
 
-    def leases(self) -> dict[str, float]:
-        rows = self._execute("SELECT id, expires_at FROM job_workers ORDER BY id")
-        return {row[0]: row[1] for row in rows}
+    Returns the jobs settled: those of an earlier process under the id.
+    """
+    with db.transaction():
+        now = db.now(now)
+        renew(db, worker, now + lease, incarnation=incarnation, take_over=True)
+        jobs = db.select("state IN (?, ?, ?) AND worker = ?", (*_HELD, worker))
+        why = f"worker {worker!r} was restarted (a new process took its id)"
+        return [_settle(db, job, now=now, rescuer=worker, why=why) for job in jobs]
 
-    def rescue(self, *, now: float, rescuer: str) -> list[JobRecord]:
-        """Settle the jobs of workers whose lease has expired; return them.
 
-        Each job is settled by a write on condition that no live lease holds
-        it then: a job that its worker renewed and claimed again meanwhile
-        is left alone, and of two rescuers racing, one settles each job.
-        """
-        with self._transaction():
-            now = self._now(now)
-            jobs = self._select(
-                "state IN (?, ?, ?) AND NOT EXISTS (SELECT 1 FROM job_workers w "
-                "WHERE w.id = jobs.worker AND w.expires_at > ?)",
-                (*_HELD, now),
-            )
-            settled: list[JobRecord] = []
-            for job in jobs:
-                why = f"worker {job.worker!r} is gone (its lease expired)"
-                try:
-                    settled.append(
-                        self._settle(
-                            job, now=now, rescuer=rescuer, why=why, unless_leased=True
-                        )
+def drop_lease(db: Database, worker: str) -> None:
+    """Remove ``worker``'s lease and incarnation: it holds no jobs any more."""
+    with db.transaction():
+        db.execute("DELETE FROM job_workers WHERE id = ?", (worker,))
+        db.execute("DELETE FROM job_incarnations WHERE id = ?", (worker,))
+
+
+def leases(db: Database) -> dict[str, float]:
+    """When each lease expires, by worker id."""
+    rows = db.execute("SELECT id, expires_at FROM job_workers ORDER BY id")
+    return {row[0]: row[1] for row in rows}
+
+
+def rescue(db: Database, *, now: float, rescuer: str) -> list[JobRecord]:
+    """Settle the jobs of workers whose lease has expired; return them.
+
+    Each job is settled by a write on condition that no live lease holds
+    it then: a job that its worker renewed and claimed again meanwhile
+    is left alone, and of two rescuers racing, one settles each job.
+    """
+    with db.transaction():
+        now = db.now(now)
+        jobs = db.select(
+            "state IN (?, ?, ?) AND NOT EXISTS (SELECT 1 FROM job_workers w "
+            "WHERE w.id = jobs.worker AND w.expires_at > ?)",
+            (*_HELD, now),
+        )
+        settled: list[JobRecord] = []
+        for job in jobs:
+            why = f"worker {job.worker!r} is gone (its lease expired)"
+            try:
+                settled.append(
+                    _settle(
+                        db, job, now=now, rescuer=rescuer, why=why, unless_leased=True
                     )
-                except LostJobError:
-                    continue  # leased again, or settled by another rescuer
-            return settled
-
-    def release_strays(
-        self, worker: str, *, now: float, held: Collection[str]
-    ) -> list[JobRecord]:
-        """Queue again the running jobs of ``worker`` that it does not hold.
-
-        A claim whose commit was lost with the connection leaves a job
-        running under a worker that never heard of it; the worker calls this
-        before its next claim. Not counted against ``max_attempts``.
-        """
-        with self._transaction():
-            now = self._now(now)
-            strays = [
-                job
-                for job in self._select(
-                    "state = ? AND worker = ?", (JobState.RUNNING.value, worker)
                 )
-                if job.id not in held
-            ]
-            return [
-                self._write(
-                    job,
-                    JobEvent.REQUEUE,
-                    now=now,
-                    worker=worker,
-                    reason="claimed as the store went away; the worker never ran it",
-                    changes={"handbacks": job.handbacks + 1},
-                )
-                for job in strays
-            ]
+            except LostJobError:
+                continue  # leased again, or settled by another rescuer
+        return settled
 
-    def _settle(
-        self,
-        job: JobRecord,
-        *,
-        now: float,
-        rescuer: str,
-        why: str,
-        unless_leased: bool = False,
-    ) -> JobRecord:
-        if job.state is JobState.RUNNING and job.cancel_requested_at is not None:
-            job = self._write(
-                job,
-                JobEvent.CANCEL,
-                now=now,
-                worker=rescuer,
-                reason=why,
-                changes={},
-                unless_leased=unless_leased,
+
+def release_strays(
+    db: Database, worker: str, *, now: float, held: Collection[str]
+) -> list[JobRecord]:
+    """Queue again the running jobs of ``worker`` that it does not hold.
+
+    A claim whose commit was lost with the connection leaves a job
+    running under a worker that never heard of it; the worker calls this
+    before its next claim. Not counted against ``max_attempts``.
+    """
+    with db.transaction():
+        now = db.now(now)
+        strays = [
+            job
+            for job in db.select(
+                "state = ? AND worker = ?", (JobState.RUNNING.value, worker)
             )
-            unless_leased = False  # the row is this transaction's now
-        changes: dict[str, Any] = {}
-        if job.state is JobState.CANCELLING:
-            event, changes = JobEvent.FINISH_CANCEL, {"error": "cancelled"}
-        elif job.state is JobState.TIMING_OUT:
-            event = JobEvent.FINISH_TIME_OUT
-        elif job.attempts - job.handbacks >= job.max_attempts:
-            event = JobEvent.FAIL
-            changes = {
-                "error": f"{why} on attempt {job.attempts}, "
-                f"the last of {job.max_attempts}"
-            }
-        else:
-            event = JobEvent.REQUEUE
-        return self._write(
+            if job.id not in held
+        ]
+        return [
+            db.write(
+                job,
+                JobEvent.REQUEUE,
+                now=now,
+                worker=worker,
+                reason="claimed as the store went away; the worker never ran it",
+                changes={"handbacks": job.handbacks + 1},
+            )
+            for job in strays
+        ]
+
+
+def _settle(
+    db: Database,
+    job: JobRecord,
+    *,
+    now: float,
+    rescuer: str,
+    why: str,
+    unless_leased: bool = False,
+) -> JobRecord:
+    if job.state is JobState.RUNNING and job.cancel_requested_at is not None:
+        job = db.write(
             job,
-            event,
+            JobEvent.CANCEL,
             now=now,
             worker=rescuer,
             reason=why,
-            changes=changes,
+            changes={},
             unless_leased=unless_leased,
         )
+        unless_leased = False  # the row is this transaction's now
+    changes: dict[str, Any] = {}
+    if job.state is JobState.CANCELLING:
+        event, changes = JobEvent.FINISH_CANCEL, {"error": "cancelled"}
+    elif job.state is JobState.TIMING_OUT:
+        event = JobEvent.FINISH_TIME_OUT
+    elif job.attempts - job.handbacks >= job.max_attempts:
+        event = JobEvent.FAIL
+        changes = {
+            "error": f"{why} on attempt {job.attempts}, the last of {job.max_attempts}"
+        }
+    else:
+        event = JobEvent.REQUEUE
+    return db.write(
+        job,
+        event,
+        now=now,
+        worker=rescuer,
+        reason=why,
+        changes=changes,
+        unless_leased=unless_leased,
+    )

@@ -1,4 +1,4 @@
-"""Opening a job store from its URL: which dialect, and its options."""
+"""Opening a job store from its URL: which database, and its options."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Final, cast
 
-from ._postgres import PostgresQueries
-from ._sqlite import SQLiteQueries
+from ._postgres import PostgresConnection
+from ._sql import Database
+from ._sqlite import SQLiteConnection
 from ._store import JobStore
 
 DEFAULT_STORE_URL: Final = "sqlite:///jobs.db"
@@ -59,9 +60,10 @@ def open_store(
     prefix = "sqlite:///"
     if url.startswith(prefix) and len(url) > len(prefix):
         path, _, query = url[len(prefix) :].partition("?")
-        return JobStore(SQLiteQueries(path, **_sqlite_options(query)), clock, offload)
+        connection = SQLiteConnection(path, **_sqlite_options(query))
+        return JobStore(Database(connection), clock, offload)
     if url.startswith(("postgresql://", "postgres://")):
-        return JobStore(PostgresQueries(url), clock, offload)
+        return JobStore(Database(PostgresConnection(url)), clock, offload)
     raise ValueError(
         "store URL must look like sqlite:///path/to/file.db or "
         f"postgresql://host/database, not {url!r}"

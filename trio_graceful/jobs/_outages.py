@@ -4,7 +4,7 @@ An outage is the store being away for a while: a lost connection, a
 database restarting or locked by another process past the busy timeout, a
 disk that refuses writes. The operation was not applied (or, if its commit
 was lost on the way back, applying it again is harmless: see
-`SqlQueries.finish`), so the worker retries it once the store is back.
+`_holding.finish`), so the worker retries it once the store is back.
 Everything else (a wrong query, a constraint violated, a value the database
 cannot hold) is a bug in the program: retrying it would fail the same way
 forever, so it is raised at once.
@@ -14,20 +14,6 @@ from __future__ import annotations
 
 import sqlite3
 from typing import Final
-
-from ._sql import StoreError
-
-
-class StoreGoneError(StoreError):
-    """The store's file was deleted or replaced under a running worker.
-
-    The worker stops: what it would write would be lost with the old file.
-    """
-
-
-class StoreUnavailableError(StoreError):
-    """The store stayed away until the worker's shutdown deadline."""
-
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that mean
 # "not now" rather than "never": the file is busy, locked, unwritable or

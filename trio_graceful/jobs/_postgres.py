@@ -1,4 +1,4 @@
-"""The PostgreSQL dialect of the job store: workers on several machines.
+"""The PostgreSQL connection of the job store: workers on several machines.
 
 psycopg 3's synchronous API, called from worker threads (its async API
 needs asyncio). Claims and rescues pick their rows with ``FOR UPDATE SKIP
@@ -20,16 +20,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from ._exceptions import StoreError
 from ._outages import is_postgres_outage
-from ._schema import SCHEMA
-from ._sql import SqlQueries, StoreError
+from ._sql import Database, Dialect
 
 if TYPE_CHECKING:
     import psycopg
 
 CHANNEL = "trio_graceful_jobs"
+
+POSTGRESQL: Final = Dialect(
+    placeholder="%s",
+    order_column="id",
+    lock_row=" FOR UPDATE",
+    lock_rows=" FOR UPDATE SKIP LOCKED",
+    real="DOUBLE PRECISION",
+    serial="BIGSERIAL PRIMARY KEY",
+    clock="SELECT extract(epoch FROM clock_timestamp())",
+    notify=f"SELECT pg_notify('{CHANNEL}', ?)",
+)
 # Any constant: serializes the creation of the tables by several workers.
 _SCHEMA_LOCK = 7_140_221
 # libpq's parameters, unless the URL sets them: give up on a server that does
@@ -48,12 +59,10 @@ def _redact(url: str) -> str:
     return re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", url)
 
 
-class PostgresQueries(SqlQueries):
-    """The store's operations on one PostgreSQL connection (and one to listen on)."""
+class PostgresConnection:
+    """One connection to a PostgreSQL store (`Connection`), and one to listen on."""
 
-    lock_rows = " FOR UPDATE SKIP LOCKED"
-    lock_row = " FOR UPDATE"
-    listens = True
+    dialect: ClassVar[Dialect] = POSTGRESQL
 
     def __init__(self, url: str) -> None:
         try:
@@ -77,23 +86,22 @@ class PostgresQueries(SqlQueries):
             raise StoreError(
                 f"cannot connect to the PostgreSQL store {_redact(url)!r}: {why}"
             ) from None
-        schema = SCHEMA.format(real="DOUBLE PRECISION", serial="BIGSERIAL PRIMARY KEY")
-        with self._transaction():
-            self._execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
-            for statement in schema.split(";"):
+        # The tables are created once, by whichever worker comes first.
+        db = Database(self)
+        with db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+            for statement in POSTGRESQL.schema().split(";"):
                 if statement.strip():
-                    self._execute(statement)
+                    db.execute(statement)
 
-    def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._db.cursor() as cursor:
-            # Built from this package's constants only, never from input.
-            query = sql.replace("?", "%s")
-            cursor.execute(query, args)  # pyright: ignore[reportArgumentType]
+            cursor.execute(sql, args)  # pyright: ignore[reportArgumentType]
             return cursor.fetchall() if cursor.description else []
 
-    def _update(self, sql: str, args: Sequence[Any]) -> int:
+    def update(self, sql: str, args: Sequence[Any]) -> int:
         with self._db.cursor() as cursor:
-            cursor.execute(sql.replace("?", "%s"), args)  # pyright: ignore[reportArgumentType]
+            cursor.execute(sql, args)  # pyright: ignore[reportArgumentType]
             return cursor.rowcount
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -104,28 +112,22 @@ class PostgresQueries(SqlQueries):
             make_conninfo(self._url, **self._options), autocommit=True
         )
 
-    def _begin(self) -> None:
+    def begin(self) -> None:
         if self._db.closed:
             self._db = self._connect()
-        self._execute("BEGIN")
+        self.execute("BEGIN")
 
-    def _rollback(self) -> None:
+    def rollback(self) -> None:
         # A broken connection (the server went away) has nothing to roll
         # back; it is replaced at the next transaction.
         if not self._db.closed:
-            self._execute("ROLLBACK")
+            self.execute("ROLLBACK")
+
+    def check(self) -> None:
+        """Nothing to check: a server that went away is an outage."""
 
     def is_outage(self, exc: BaseException) -> bool:
         return is_postgres_outage(exc)
-
-    def _now(self, now: float) -> float:
-        del now  # the database's clock judges leases for every machine
-        [(seconds,)] = self._execute("SELECT extract(epoch FROM clock_timestamp())")
-        return float(seconds)
-
-    def _notify(self, news: str) -> None:
-        # Delivered when the transaction commits, and only then.
-        self._execute("SELECT pg_notify(?, ?)", (CHANNEL, news))
 
     def wait_for_news(self, timeout: float) -> None:
         import psycopg

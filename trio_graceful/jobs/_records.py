@@ -1,4 +1,4 @@
-"""The values a job store hands out: a job's record and an audit event."""
+"""The values of a job store: a job's ending (taken), its record, an audit event."""
 
 from __future__ import annotations
 
@@ -8,7 +8,37 @@ from typing import Any
 
 import attrs
 
-from ._states import JobState
+from ._checks import check_changes, check_count, check_job_id, check_text, checked_as
+from ._states import JobEvent, JobState
+
+
+@attrs.frozen(kw_only=True)
+class JobEnding:
+    """A transition that the worker holding a job attempt writes, and what it sets.
+
+    Each argument is checked as the job store checks its arguments
+    (`JobStore.finish`); the messages name them.
+    """
+
+    job_id: str = attrs.field(validator=checked_as(check_job_id))
+    """The job's id."""
+    event: JobEvent
+    """Which transition (`JobEvent`); the table is checked when it is written."""
+    worker: str = attrs.field(validator=checked_as(check_text))
+    """The worker that holds the attempt."""
+    attempt: int = attrs.field(validator=checked_as(check_count))
+    """The attempt the worker holds: a later one refuses the write."""
+    reason: str = attrs.field(validator=checked_as(check_text, empty=True))
+    """Why, in words, for the audit log."""
+    changes: Mapping[str, Any] = attrs.field(
+        factory=dict[str, Any], converter=check_changes
+    )
+    """The job's ``result``, ``progress``, ``failed_subtasks`` (JSON text),
+    ``elapsed`` and ``error`` that the transition sets."""
+    traceback: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(checked_as(check_text))
+    )
+    """The traceback of the exception that failed the job, to store with it."""
 
 
 @attrs.frozen

@@ -27,7 +27,8 @@ import trio
 from .._core._log import library_logger
 from ._access import StoreAccess
 from ._attempt import Attempt, AttemptEvent, AttemptState
-from ._leases import LostJobError, lost_job_error
+from ._exceptions import LostJobError
+from ._leases import lost_job_error
 from ._records import JobRecord
 
 logger = library_logger("trio_graceful.jobs")

@@ -17,7 +17,7 @@ import attrs
 import outcome
 import trio
 
-from .._core._util import forbid_abort
+from .._core._lowlevel import forbid_abort
 
 R = TypeVar("R")
 

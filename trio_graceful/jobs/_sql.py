@@ -1,97 +1,196 @@
-"""The job store's queries, written once for every SQL database.
+"""The one place where the job store's statements run, in a database's dialect.
+
+The store's operations (`_client`, `_holding`, `_leases`) are functions
+written once for every SQL database, in ``?`` placeholders; each is given
+a `Database`: a driver's `Connection` and its `Dialect`, the value that says
+how the SQL differs (placeholders, how a claim locks its rows, which
+column breaks ties, the column types, whose clock is "now", how news is
+announced). `Database.execute` renders a statement in the dialect and runs
+it on the connection: nothing else runs SQL.
 
 Every operation runs in one transaction that takes the locks it needs
 before it reads, so that two workers cannot claim one job and a transition
-and its audit row are committed together or not at all. A dialect
-(`SQLiteQueries`, `PostgresQueries`) supplies the connection, how a
-transaction begins, how a claim locks its row, and whose clock is "now".
-
-`JobStore` calls these methods from a worker thread, one at a time.
+and its audit row are committed together or not at all. `JobStore` calls
+the operations from a worker thread, one at a time.
 """
 
 from __future__ import annotations
 
-import abc
-import json
-import uuid
 from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
-from ._holding import HoldingQueries
-from ._leases import LostJobError
+import attrs
+
+from ._exceptions import JobNotFoundError, LostJobError
 from ._records import JobRecord
-from ._schema import WRITABLE, updated
-from ._states import JobEvent, JobState, check_transition
+from ._schema import COLUMNS, SCHEMA, WRITABLE, record, updated
+from ._states import JOB_TABLE, JobEvent
 
 
-class StoreError(Exception):
-    """The store cannot be opened or used (not a database, wrong schema, ...)."""
+@attrs.frozen
+class Dialect:
+    """How one database's SQL differs from the statements as written."""
+
+    placeholder: str
+    """What the driver takes for ``?``."""
+    order_column: str
+    """The column that orders jobs submitted in the same instant."""
+    lock_row: str
+    """Appended to the SELECT of a row about to change."""
+    lock_rows: str
+    """Appended to the SELECT that picks rows to claim or rescue: rows
+    another transaction holds are skipped, not waited for."""
+    real: str
+    """The column type of seconds."""
+    serial: str
+    """The column type of the audit log's increasing key."""
+    clock: str | None = None
+    """The query of the database's own time, if it is the one recorded."""
+    notify: str | None = None
+    """The statement that announces news (``?``) to listening workers."""
+
+    def render(self, sql: str) -> str:
+        """``sql`` with the driver's placeholders."""
+        # Statements are built from this package's constants only, never
+        # from input: no ``?`` stands anywhere but for an argument.
+        return sql.replace("?", self.placeholder)
+
+    def schema(self) -> str:
+        """The script that creates the store's tables and indexes, if missing."""
+        return SCHEMA.format(real=self.real, serial=self.serial)
 
 
-class SqlQueries(HoldingQueries):
-    """The store's operations, over a dialect's `_execute`; calls must not overlap."""
+class Connection(Protocol):
+    """A driver's connection to the store, as `Database` uses it."""
 
-    #: The column that orders jobs submitted in the same instant.
-    order_column = "id"
-    #: Appended to the SELECT that picks rows to claim or rescue: rows
-    #: another transaction holds are skipped, not waited for.
-    lock_rows = ""
-    #: Appended to the SELECT of a row about to change.
-    lock_row = ""
-    #: Whether `wait_for_news` hears other processes (else workers poll).
-    listens = False
+    dialect: ClassVar[Dialect]
+    """The connection's SQL dialect."""
 
-    @abc.abstractmethod
-    def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement (``?`` placeholders); return its rows, if any."""
+    def execute(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one statement, rendered; return its rows, if any."""
+        ...
 
-    @abc.abstractmethod
-    def _update(self, sql: str, args: Sequence[Any]) -> int:
-        """Run one ``UPDATE`` (``?`` placeholders); return how many rows it changed."""
+    def update(self, sql: str, args: Sequence[Any]) -> int:
+        """Run one ``UPDATE``, rendered; return how many rows it changed."""
+        ...
 
-    @abc.abstractmethod
-    def _begin(self) -> None:
+    def begin(self) -> None:
         """Begin a transaction that serializes with other writers' claims."""
+        ...
 
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Close the connection."""
-
-    @abc.abstractmethod
-    def is_outage(self, exc: BaseException) -> bool:
-        """True if ``exc`` means the store is away for now, not a bug (`_outages`)."""
-
-    @abc.abstractmethod
-    def _rollback(self) -> None:
+    def rollback(self) -> None:
         """End the failed transaction, if the connection still has one."""
+        ...
 
     def check(self) -> None:
         """Raise `StoreGoneError` if the store is no longer where it was opened."""
+        ...
 
-    def _now(self, now: float) -> float:
-        """The time to record: the caller's clock unless the database keeps its own."""
-        return now
-
-    def _notify(self, news: str) -> None:
-        """Tell listening workers about a new job or a cancel request."""
-        del news  # nobody listens; workers poll
+    def is_outage(self, exc: BaseException) -> bool:
+        """True if ``exc`` means the store is away for now, not a bug (`_outages`)."""
+        ...
 
     def wait_for_news(self, timeout: float) -> None:
         """Block until another process notifies, or ``timeout`` seconds pass."""
-        raise NotImplementedError("this store does not listen; poll instead")
+        ...
+
+    def close(self) -> None:
+        """Close the connection."""
+        ...
+
+
+@attrs.define(eq=False)
+class Database:
+    """A connection in its dialect, and the steps every operation shares.
+
+    Calls must not overlap.
+    """
+
+    connection: Connection
+    dialect: Dialect = attrs.field(init=False)
+    """The connection's SQL dialect."""
+    _native: bool = attrs.field(init=False)
+    """Whether the driver takes the statements' ``?`` as they are."""
+
+    def __attrs_post_init__(self) -> None:
+        self.dialect = self.connection.dialect
+        self._native = self.dialect.placeholder == "?"
+
+    @property
+    def listens(self) -> bool:
+        """Whether `Connection.wait_for_news` hears other processes (else poll)."""
+        return self.dialect.notify is not None
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.connection.close()
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement (``?`` placeholders); return its rows, if any."""
+        if not self._native:
+            sql = self.dialect.render(sql)
+        return self.connection.execute(sql, args)
+
+    def update(self, sql: str, args: Sequence[Any]) -> int:
+        """Run one ``UPDATE`` (``?`` placeholders); return how many rows it changed."""
+        if not self._native:
+            sql = self.dialect.render(sql)
+        return self.connection.update(sql, args)
 
     @contextmanager
-    def _transaction(self) -> Generator[None, None, None]:
-        self._begin()
+    def transaction(self) -> Generator[None, None, None]:
+        """Run the block in one transaction: committed if it ends, else rolled back."""
+        self.connection.begin()
         try:
             yield
         except BaseException:
-            self._rollback()
+            self.connection.rollback()
             raise
-        self._execute("COMMIT")
+        self.execute("COMMIT")
 
-    def _write(
+    def now(self, now: float) -> float:
+        """The time to record: the caller's clock unless the database keeps its own."""
+        if self.dialect.clock is None:
+            return now
+        # The database's clock judges leases for every machine.
+        [(seconds,)] = self.execute(self.dialect.clock)
+        return float(seconds)
+
+    def notify(self, news: str) -> None:
+        """Tell listening workers about a new job or a cancel request.
+
+        Delivered when the transaction commits, and only then; without
+        listeners, workers poll.
+        """
+        if self.dialect.notify is not None:
+            self.execute(self.dialect.notify, (news,))
+
+    def select(self, where: str, args: Sequence[Any]) -> list[JobRecord]:
+        """The jobs matching ``where``, by id, locked as a claim locks them."""
+        rows = self.execute(
+            f"SELECT {COLUMNS} FROM jobs WHERE {where} "
+            f"ORDER BY id{self.dialect.lock_rows}",
+            args,
+        )
+        return [record(row) for row in rows]
+
+    def get(self, job_id: str, *, lock: bool = False) -> JobRecord:
+        """The job ``job_id``, locked for a change if ``lock``.
+
+        Raises:
+            JobNotFoundError: if there is no such job.
+        """
+        rows = self.execute(
+            f"SELECT {COLUMNS} FROM jobs WHERE id = ?"
+            + (self.dialect.lock_row if lock else ""),
+            (job_id,),
+        )
+        if not rows:
+            raise JobNotFoundError(f"no job with id {job_id!r}")
+        return record(rows[0])
+
+    def write(
         self,
         job: JobRecord,
         event: JobEvent,
@@ -110,10 +209,11 @@ class SqlQueries(HoldingQueries):
         lease as it is when it writes, not as an earlier read saw it.
 
         Raises:
+            IllegalJobTransitionError: if the table does not allow ``event``.
             LostJobError: if the row changed since it was read, or a live
                 lease holds it; nothing is written.
         """
-        target = check_transition(job.id, job.state, event)
+        target = JOB_TABLE.move(job.state, event, subject=f"job {job.id}")
         given = {"state": target.value, **changes}
         if target.terminal:
             given["ended_at"] = now
@@ -131,7 +231,7 @@ class SqlQueries(HoldingQueries):
                 "WHERE w.id = jobs.worker AND w.expires_at > ?)"
             )
             args = (*args, now)
-        changed = self._update(
+        changed = self.update(
             f"UPDATE jobs SET {assignments} WHERE {condition}",
             (*columns.values(), *args),
         )
@@ -141,71 +241,9 @@ class SqlQueries(HoldingQueries):
                 f"it is no longer {job.state.value} on attempt {job.attempts}"
                 + (" of a worker without a lease" if unless_leased else "")
             )
-        self._execute(
+        self.execute(
             "INSERT INTO job_events (job, source, target, at, worker, reason) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (job.id, job.state.value, target.value, now, worker, reason),
         )
         return updated(job, columns, at=now)
-
-    def submit(
-        self,
-        kind: str,
-        payload: Mapping[str, Any],
-        *,
-        timeout: float | None,
-        max_attempts: int,
-        now: float,
-    ) -> str:
-        job_id = uuid.uuid4().hex
-        with self._transaction():
-            now = self._now(now)
-            self._execute(
-                "INSERT INTO jobs (id, kind, payload, state, max_attempts, timeout, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    job_id,
-                    kind,
-                    json.dumps(dict(payload)),
-                    JobState.QUEUED.value,
-                    max_attempts,
-                    timeout,
-                    now,
-                ),
-            )
-            self._execute(
-                "INSERT INTO job_events (job, source, target, at, worker, reason) "
-                "VALUES (?, NULL, ?, ?, NULL, 'submitted')",
-                (job_id, JobState.QUEUED.value, now),
-            )
-            self._notify("submitted")
-        return job_id
-
-    def request_cancel(self, job_id: str, *, now: float) -> JobRecord:
-        with self._transaction():
-            now = self._now(now)
-            job = self._get(job_id, lock=True)
-            if job.state is JobState.QUEUED:
-                return self._write(
-                    job,
-                    JobEvent.CANCEL,
-                    now=now,
-                    worker=None,
-                    reason="cancel requested before it ran",
-                    changes={"cancel_requested_at": now, "error": "cancelled"},
-                )
-            if job.cancel_requested_at is None and not job.state.terminal:
-                self._execute(
-                    "UPDATE jobs SET cancel_requested_at = ? WHERE id = ?",
-                    (now, job_id),
-                )
-                self._notify(f"cancel {job_id}")
-            return self._get(job_id)
-
-    def cancel_requests(self, worker: str) -> list[str]:
-        rows = self._execute(
-            "SELECT id FROM jobs WHERE worker = ? AND state = ? "
-            "AND cancel_requested_at IS NOT NULL ORDER BY id",
-            (worker, JobState.RUNNING.value),
-        )
-        return [row[0] for row in rows]

@@ -1,4 +1,4 @@
-"""The SQLite dialect of the job store: one file, shared by the processes of a host.
+"""The SQLite connection of the job store: one file, shared by the processes of a host.
 
 ``BEGIN IMMEDIATE`` takes the database's write lock at the start of every
 transaction, so two processes never claim one job. WAL mode lets readers
@@ -24,11 +24,11 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final, NoReturn
 
-from ._outages import StoreGoneError, is_sqlite_outage
-from ._schema import SCHEMA
-from ._sql import SqlQueries, StoreError
+from ._exceptions import StoreError, StoreGoneError
+from ._outages import is_sqlite_outage
+from ._sql import Dialect
 
 # How long opening a store waits for other processes to let go of the file.
 _OPEN_TIMEOUT: Final = 30.0
@@ -36,6 +36,17 @@ _OPEN_TIMEOUT: Final = 30.0
 _FIRST_WAIT: Final = 0.00005
 _LONGEST_WAIT: Final = 0.002
 _SQLITE_BUSY: Final = 5
+
+SQLITE: Final = Dialect(
+    placeholder="?",
+    # Ties in time go by submission: the rowid grows, a random id does not.
+    order_column="rowid",
+    # BEGIN IMMEDIATE holds the whole file: rows need no locks of their own.
+    lock_row="",
+    lock_rows="",
+    real="REAL",
+    serial="INTEGER PRIMARY KEY AUTOINCREMENT",
+)
 
 
 def _retry_while_locked(set_up: Callable[[], object]) -> None:
@@ -57,10 +68,10 @@ def _retry_while_locked(set_up: Callable[[], object]) -> None:
             return
 
 
-class SQLiteQueries(SqlQueries):
-    """The store's operations on one SQLite connection."""
+class SQLiteConnection:
+    """One connection to a SQLite store (`Connection`)."""
 
-    order_column = "rowid"
+    dialect: ClassVar[Dialect] = SQLITE
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
         self._path = path
@@ -90,14 +101,12 @@ class SQLiteQueries(SqlQueries):
         if mode != "wal":
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(
-            SCHEMA.format(real="REAL", serial="INTEGER PRIMARY KEY AUTOINCREMENT")
-        )
+        self._db.executescript(SQLITE.schema())
 
-    def _execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._cursor(sql, args).fetchall()
 
-    def _update(self, sql: str, args: Sequence[Any]) -> int:
+    def update(self, sql: str, args: Sequence[Any]) -> int:
         return self._cursor(sql, args).rowcount
 
     def _cursor(self, sql: str, args: Sequence[Any]) -> sqlite3.Cursor:
@@ -128,14 +137,14 @@ class SQLiteQueries(SqlQueries):
                     raise
             wait = min(2 * wait, _LONGEST_WAIT)
 
-    def _begin(self) -> None:
+    def begin(self) -> None:
         self.check()
-        self._execute("BEGIN IMMEDIATE")
+        self.execute("BEGIN IMMEDIATE")
 
-    def _rollback(self) -> None:
+    def rollback(self) -> None:
         # A failed COMMIT or BEGIN leaves no transaction to roll back.
         if self._db.in_transaction:
-            self._execute("ROLLBACK")
+            self.execute("ROLLBACK")
 
     def is_outage(self, exc: BaseException) -> bool:
         return is_sqlite_outage(exc)
@@ -153,6 +162,9 @@ class SQLiteQueries(SqlQueries):
                 f"store file {self._path!r} was deleted or replaced "
                 f"under the worker ({_describe(now)})"
             )
+
+    def wait_for_news(self, timeout: float) -> NoReturn:
+        raise NotImplementedError("this store does not listen; poll instead")
 
     def close(self) -> None:
         self._db.close()

@@ -1,11 +1,12 @@
 """The states of a durable job and the one table of legal transitions.
 
 Everything that decides which job state may follow which lives here, in
-`TRANSITIONS`: ``(state, event) -> next state``. A pair missing from the
-table is illegal: `check_transition` raises `IllegalJobTransitionError` and
-the caller changes nothing. Every store applies a transition only after
-this check, the state diagram in the documentation is drawn from the same
-table (`diagram_lines`), and the tests walk it.
+`TRANSITIONS`: ``(state, event) -> next state``, held in `JOB_TABLE`. A pair
+missing from the table is illegal: `JOB_TABLE.move` raises
+`IllegalJobTransitionError` and the caller changes nothing. Every store
+applies a transition only after this check, the state diagram in the
+documentation is drawn from the same table (`diagram_lines`), and the tests
+walk it.
 
 The rules the table encodes:
 
@@ -31,7 +32,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from .._core._statetable import describe_sources, legal_sources as table_sources
+from .._core._statetable import StateTable
+from ._exceptions import IllegalJobTransitionError
 
 
 class JobState(enum.Enum):
@@ -91,42 +93,11 @@ TRANSITIONS: Final[Mapping[tuple[JobState, JobEvent], JobState]] = MappingProxyT
 )
 """Every legal transition: ``(state, event) -> next state``."""
 
+JOB_TABLE: Final = StateTable(TRANSITIONS, JobState, error=IllegalJobTransitionError)
+"""The table's moves, as ``JOB_TABLE.move(state, event, subject="job 7")``."""
+
 # The states some transition leaves, read off the table once.
-_LEFT: Final = frozenset(source for source, _ in TRANSITIONS)
-
-INITIAL_STATE: Final = JobState.QUEUED
-
-
-class IllegalJobTransitionError(RuntimeError):
-    """An event that the job transition table does not allow in the job's state.
-
-    The job is left unchanged.
-    """
-
-
-class JobNotFoundError(LookupError):
-    """A job id that the store does not hold."""
-
-
-def legal_sources(event: JobEvent) -> tuple[JobState, ...]:
-    """The states in which ``event`` is legal, in declaration order."""
-    return table_sources(TRANSITIONS, JobState, event)
-
-
-def check_transition(job_id: str, state: JobState, event: JobEvent) -> JobState:
-    """Return the state that ``event`` leads to from ``state``.
-
-    Raises:
-        IllegalJobTransitionError: if the table has no such transition.
-    """
-    target = TRANSITIONS.get((state, event))
-    if target is None:
-        legal = describe_sources(legal_sources(event))
-        raise IllegalJobTransitionError(
-            f"job {job_id} cannot {event.value} while {state.value}; "
-            f"that is legal only while {legal}"
-        )
-    return target
+_LEFT: Final = JOB_TABLE.left()
 
 
 def diagram_lines() -> list[str]:
@@ -139,7 +110,7 @@ def diagram_lines() -> list[str]:
     width = max(len(state.value) for state in JobState)
     label = max(len(event.value) for event in JobEvent) + 4
     lines: list[str] = []
-    for (source, event), target in TRANSITIONS.items():
+    for (source, event), target in JOB_TABLE.transitions.items():
         arrow = f"--{event.value}--".ljust(label, "-") + ">"
         end = " [end]" if target.terminal else ""
         lines.append(f"{source.value:<{width}}  {arrow}  {target.value}{end}")

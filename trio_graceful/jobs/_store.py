@@ -2,8 +2,9 @@
 
 `JobStore` checks every argument in the Trio thread, reads the clock there
 (so that tests can run the store under Trio's mock clock), and runs the
-store's synchronous queries in a worker thread, one call at a time per
-store. `open_store` (in `_open`) picks the store from a URL.
+store's synchronous operations (`_client`, `_holding`, `_leases`) in a
+worker thread, one call at a time per store. `open_store` (in `_open`) picks
+the store from a URL.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 import attrs
 import trio
 
+from . import _client, _holding, _leases
 from ._checks import (
-    check_changes,
     check_count,
     check_duration,
     check_incarnation,
@@ -25,12 +26,12 @@ from ._checks import (
     check_text,
     check_timeout,
     claim_options,
-    finish_options,
 )
+from ._exceptions import StoreError
 from ._jsonrule import check_object
-from ._records import AuditEvent, JobRecord
+from ._records import AuditEvent, JobEnding, JobRecord
 from ._serial import SerialCalls
-from ._sql import SqlQueries, StoreError
+from ._sql import Database
 from ._states import JobEvent
 
 P = ParamSpec("P")
@@ -51,14 +52,14 @@ class JobStore:
     argument and the value), `JobNotFoundError` for an unknown job id, and
     `StoreError` once the store is closed. Nothing is written then.
 
-    The constructor takes the store's synchronous operations; ``clock``,
+    The constructor takes the store's ``Database``; ``clock``,
     called in the Trio thread, returns the current time in seconds
     (`time.time` by default); ``offload=False`` runs the queries in the Trio
     thread instead of a worker thread, which keeps a test under Trio's mock
     clock exact.
     """
 
-    _queries: SqlQueries
+    _db: Database
     _clock: Callable[[], float] = time.time
     _offload: bool = True
     _calls: SerialCalls = attrs.field(factory=SerialCalls, init=False)
@@ -77,7 +78,7 @@ class JobStore:
     @property
     def listens(self) -> bool:
         """True if `wait_for_news` hears other processes (PostgreSQL)."""
-        return self._queries.listens and self._offload
+        return self._db.listens and self._offload
 
     async def wait_for_news(self, timeout: float) -> None:
         """Wait for a new job or a cancel request, for ``timeout`` seconds at most.
@@ -91,7 +92,7 @@ class JobStore:
         if self._closed:
             raise StoreError("the job store is closed")
         await trio.to_thread.run_sync(
-            self._queries.wait_for_news, timeout, abandon_on_cancel=True
+            self._db.connection.wait_for_news, timeout, abandon_on_cancel=True
         )
 
     async def submit(
@@ -131,7 +132,8 @@ class JobStore:
         timeout = check_timeout(timeout)
         max_attempts = check_count(max_attempts, argument="max_attempts")
         return await self._call(
-            self._queries.submit,
+            _client.submit,
+            self._db,
             kind,
             checked,
             timeout=timeout,
@@ -161,8 +163,11 @@ class JobStore:
         Raises:
             WorkerReplacedError: if another incarnation holds the id.
         """
-        options = claim_options(worker, lease, stale_after, kinds, incarnation)
-        return await self._call(self._queries.claim, now=self.now(), **options)
+        worker = check_text(worker, argument="worker")
+        options = claim_options(lease, stale_after, kinds, incarnation)
+        return await self._call(
+            _holding.claim, self._db, worker, now=self.now(), **options
+        )
 
     async def claim_many(
         self,
@@ -178,10 +183,16 @@ class JobStore:
 
         As `claim` otherwise.
         """
-        options = claim_options(worker, lease, stale_after, kinds, incarnation)
+        worker = check_text(worker, argument="worker")
+        options = claim_options(lease, stale_after, kinds, incarnation)
         limit = check_count(limit, argument="limit")
         return await self._call(
-            self._queries.claim_many, now=self.now(), limit=limit, **options
+            _holding.claim_many,
+            self._db,
+            worker,
+            now=self.now(),
+            limit=limit,
+            **options,
         )
 
     async def finish_then_claim(
@@ -208,14 +219,24 @@ class JobStore:
         worker's id. After an outage, both may have been written or neither
         (the answer can be lost with the connection).
         """
-        options: dict[str, Any] = {
-            **claim_options(worker, lease, stale_after, kinds, incarnation),
-            **finish_options(job_id, worker, attempt, reason, traceback),
-            "limit": check_count(limit, argument="limit"),
-            "changes": check_changes(changes),
-        }
+        options = claim_options(lease, stale_after, kinds, incarnation)
+        ending = JobEnding(
+            job_id=job_id,
+            event=event,
+            worker=worker,
+            attempt=attempt,
+            reason=reason,
+            changes=changes,
+            traceback=traceback,
+        )
+        limit = check_count(limit, argument="limit")
         return await self._call(
-            self._queries.finish_then_claim, event=event, now=self.now(), **options
+            _holding.finish_then_claim,
+            self._db,
+            ending,
+            now=self.now(),
+            limit=limit,
+            **options,
         )
 
     async def take_over(
@@ -229,7 +250,8 @@ class JobStore:
         Returns them.
         """
         return await self._call(
-            self._queries.take_over,
+            _leases.take_over,
+            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             lease=check_duration(lease, argument="lease"),
@@ -245,7 +267,8 @@ class JobStore:
         may have been committed without the answer coming back.
         """
         return await self._call(
-            self._queries.release_strays,
+            _leases.release_strays,
+            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             held=held,  # a live view, read when the store's turn comes (Claims)
@@ -277,14 +300,16 @@ class JobStore:
                 on a later attempt or under another worker, or another
                 worker (or a client) has queued it again or ended it.
         """
-        options = finish_options(job_id, worker, attempt, reason, traceback)
-        return await self._call(
-            self._queries.finish,
+        ending = JobEnding(
+            job_id=job_id,
             event=event,
-            now=self.now(),
-            changes=check_changes(changes),
-            **options,
+            worker=worker,
+            attempt=attempt,
+            reason=reason,
+            changes=changes,
+            traceback=traceback,
         )
+        return await self._call(_holding.finish, self._db, ending, now=self.now())
 
     async def save_progress(
         self, job_id: str, progress: Mapping[str, Any], *, worker: str, attempt: int
@@ -298,7 +323,8 @@ class JobStore:
         worker = check_text(worker, argument="worker")
         attempt = check_count(attempt, argument="attempt")
         await self._call(
-            self._queries.save_progress,
+            _holding.save_progress,
+            self._db,
             job_id,
             checked,
             worker=worker,
@@ -318,12 +344,14 @@ class JobStore:
             JobNotFoundError: if there is no such job.
         """
         job_id = check_job_id(job_id)
-        return await self._call(self._queries.request_cancel, job_id, now=self.now())
+        return await self._call(
+            _client.request_cancel, self._db, job_id, now=self.now()
+        )
 
     async def cancel_requests(self, worker: str) -> list[str]:
         """Ids of the running jobs of ``worker`` whose cancellation was requested."""
         worker = check_text(worker, argument="worker")
-        return await self._call(self._queries.cancel_requests, worker)
+        return await self._call(_holding.cancel_requests, self._db, worker)
 
     async def renew_lease(
         self, worker: str, *, lease: float, incarnation: str | None = None
@@ -335,7 +363,8 @@ class JobStore:
                 holds the id (see `take_over`).
         """
         await self._call(
-            self._queries.renew_lease,
+            _leases.renew_lease,
+            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             lease=check_duration(lease, argument="lease"),
@@ -345,11 +374,11 @@ class JobStore:
     async def drop_lease(self, worker: str) -> None:
         """Remove ``worker``'s lease: it holds no jobs any more."""
         worker = check_text(worker, argument="worker")
-        await self._call(self._queries.drop_lease, worker)
+        await self._call(_leases.drop_lease, self._db, worker)
 
     async def leases(self) -> dict[str, float]:
         """When each live worker's lease expires, by worker id."""
-        return await self._call(self._queries.leases)
+        return await self._call(_leases.leases, self._db)
 
     async def rescue(self, *, rescuer: str) -> list[JobRecord]:
         """Settle the jobs of every worker whose lease has expired.
@@ -361,7 +390,9 @@ class JobStore:
         never does. Returns the jobs changed.
         """
         rescuer = check_text(rescuer, argument="rescuer")
-        return await self._call(self._queries.rescue, now=self.now(), rescuer=rescuer)
+        return await self._call(
+            _leases.rescue, self._db, now=self.now(), rescuer=rescuer
+        )
 
     async def get(self, job_id: str) -> JobRecord:
         """The job's record.
@@ -371,7 +402,7 @@ class JobStore:
             JobNotFoundError: if there is no such job.
         """
         job_id = check_job_id(job_id)
-        return await self._call(self._queries.get, job_id)
+        return await self._call(self._db.get, job_id)
 
     async def jobs(self, ids: Sequence[str] | None = None) -> list[JobRecord]:
         """The records of ``ids`` in that order, or of all jobs, oldest first.
@@ -387,7 +418,7 @@ class JobStore:
             if isinstance(ids, str) or not isinstance(cast("object", ids), Sequence):
                 raise TypeError(f"ids must be a sequence of job ids, not {ids!r}")
             ids = [check_job_id(job_id) for job_id in ids]
-        return await self._call(self._queries.jobs, ids)
+        return await self._call(_client.jobs, self._db, ids)
 
     async def events(self, job_id: str | None = None) -> list[AuditEvent]:
         """The audit log, of one job or of all, oldest first.
@@ -398,7 +429,7 @@ class JobStore:
         """
         if job_id is not None:
             job_id = check_job_id(job_id)
-        return await self._call(self._queries.events, job_id)
+        return await self._call(_client.events, self._db, job_id)
 
     def is_outage(self, exc: BaseException) -> bool:
         """True if ``exc``, raised by this store, means it is away for now.
@@ -407,14 +438,14 @@ class JobStore:
         a disk refusing writes) goes away by itself: retry the operation
         later. Any other error is a bug. Not a checkpoint.
         """
-        return self._queries.is_outage(exc)
+        return self._db.connection.is_outage(exc)
 
     def check(self) -> None:
         """Raise `StoreGoneError` if the store's file was deleted or replaced.
 
         A no-op for PostgreSQL. Not a checkpoint.
         """
-        self._queries.check()
+        self._db.connection.check()
 
     def close(self) -> None:
         """Close the database connection. Not a checkpoint.
@@ -424,7 +455,7 @@ class JobStore:
         """
         if not self._closed:
             self._closed = True
-            self._queries.close()
+            self._db.close()
 
     def __enter__(self) -> Self:
         """``with open_store(url) as store:`` closes the store after the block."""

@@ -46,21 +46,25 @@ import trio
 
 from .._children._threads import ThreadBudget
 from .._core._bundle import Bundle
+from .._core._groups import as_group, first_leaf
 from .._core._log import library_logger
 from .._core._openbundle import open_bundle_cancelling_body
 from .._core._trace import TraceKind, emit, tracing
-from .._core._util import as_group, first_leaf
 from ._access import StoreAccess
 from ._attempt import Attempt, AttemptEvent, AttemptState
 from ._claims import Claims
-from ._context import JobContext, JobStopped
+from ._context import JobContext
+from ._exceptions import (
+    IllegalJobTransitionError,
+    JobStopped,
+    LostJobError,
+    StoreUnavailableError,
+)
 from ._functions import JobFunction
 from ._jsonrule import to_json
-from ._leases import LostJobError
-from ._outages import StoreUnavailableError
 from ._records import JobRecord
 from ._running import RunningAttempts
-from ._states import IllegalJobTransitionError, JobEvent, JobState
+from ._states import JobEvent, JobState
 from ._traceback import report_failure
 
 logger = library_logger("trio_graceful.jobs")

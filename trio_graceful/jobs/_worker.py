@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import attrs
 import trio
@@ -31,14 +30,19 @@ from .._children._threads import ThreadBudget
 from .._core._inbox import InboxReceiver
 from .._core._log import library_logger, plural
 from .._core._openbundle import open_bundle
-from .._core._util import check_seconds
-from .._run._lifecycle import Lifecycle
-from .._run._runner import current_runner
+from .._run._program._lifecycle import Lifecycle
+from .._run._program._runner import current_runner
 from ._access import StoreAccess
-from ._checks import check_text
+from ._checks import (
+    check_at_least_one,
+    check_duration,
+    check_text,
+    checked_as,
+    seconds,
+)
 from ._claims import Claims
+from ._exceptions import StoreUnavailableError
 from ._functions import JobFunction, check_functions
-from ._outages import StoreUnavailableError
 from ._records import JobRecord
 from ._store import JobStore
 from ._supervisor import Supervisor
@@ -110,14 +114,25 @@ class Worker:
 
     store: JobStore
     functions: Mapping[str, JobFunction]
-    worker_id: str = attrs.field(factory=default_worker_id, kw_only=True)
-    concurrency: int = attrs.field(default=4, kw_only=True)
-    grace: float = attrs.field(default=10.0, kw_only=True)
-    cancel_grace: float = attrs.field(default=5.0, kw_only=True)
-    lease: float = attrs.field(default=30.0, kw_only=True)
-    stale_after: float = attrs.field(default=60.0, kw_only=True)
-    poll_interval: float = attrs.field(default=1.0, kw_only=True)
-    heartbeat_interval: float = attrs.field(default=1.0, kw_only=True)
+    worker_id: str = attrs.field(
+        factory=default_worker_id, kw_only=True, validator=checked_as(check_text)
+    )
+    concurrency: int = attrs.field(
+        default=4, kw_only=True, validator=checked_as(check_at_least_one)
+    )
+    grace: float = attrs.field(default=10.0, kw_only=True, validator=seconds)
+    cancel_grace: float = attrs.field(default=5.0, kw_only=True, validator=seconds)
+    lease: float = attrs.field(
+        # Seconds first, for the message a number of seconds gets everywhere.
+        default=30.0,
+        kw_only=True,
+        validator=[seconds, checked_as(check_duration)],
+    )
+    stale_after: float = attrs.field(default=60.0, kw_only=True, validator=seconds)
+    poll_interval: float = attrs.field(default=1.0, kw_only=True, validator=seconds)
+    heartbeat_interval: float = attrs.field(
+        default=1.0, kw_only=True, validator=seconds
+    )
     budget: ThreadBudget | None = attrs.field(default=None, kw_only=True)
     incarnation: str = attrs.field(factory=lambda: uuid.uuid4().hex, init=False)
     """This process's life under ``worker_id`` (random); see `JobStore.take_over`."""
@@ -128,24 +143,6 @@ class Worker:
 
     def __attrs_post_init__(self) -> None:
         self.functions = check_functions(self.functions)
-        check_text(self.worker_id, argument="worker_id")
-        if isinstance(self.concurrency, bool) or not isinstance(
-            cast("object", self.concurrency), int
-        ):
-            raise TypeError(f"concurrency must be an int, not {self.concurrency!r}")
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, not {self.concurrency!r}")
-        for name in (
-            "grace",
-            "cancel_grace",
-            "stale_after",
-            "poll_interval",
-            "heartbeat_interval",
-        ):
-            check_seconds(name, getattr(self, name))
-        check_seconds("lease", self.lease)
-        if not (self.lease > 0 and math.isfinite(self.lease)):
-            raise ValueError(f"lease must be a finite number > 0, not {self.lease!r}")
         self._access = StoreAccess(self.store, f"worker {self.worker_id}")
         self._claims = Claims(
             self.store,

@@ -16,16 +16,7 @@ if TYPE_CHECKING:
         serve_stdio as serve_stdio,
     )
 
-__all__ = [
-    "EXIT_CODES",
-    "serve_stdio",
-]
-
-# Each name is loaded from its module on first use (see trio_graceful._exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._stdio": ("EXIT_CODES", "serve_stdio"),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names

@@ -6,8 +6,9 @@ has returned, and ends every handler still running (answer included) the
 moment its input ends. So a call counts as in flight from the moment its
 request is passed on to the SDK until its answer has gone out (or the client
 cancelled it, after which the SDK never answers it), which only the
-transport sees. The table is keyed as the SDK keys it (``"7"`` and ``7`` are
-one id), and names each call the way the log and the task tree name it.
+transport sees. `CallsInFlight` keys them as the SDK does (``"7"`` and
+``7`` are one id), and names each call the way the log and the task tree
+name it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def describe_call(
 
 @final
 @attrs.define(eq=False)
-class CallTable:
+class CallsInFlight:
     """The calls in flight, and a way to wait until there are none."""
 
     # The name of each call, by id, oldest first.

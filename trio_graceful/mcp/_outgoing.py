@@ -7,9 +7,9 @@ error, under a shield). Writing there and then, rather than handing lines to
 a writer task, is what lets those last answers out: at the hard cancel a
 writer task would be cancelled with everything else.
 
-On the way, each answer takes its call off the table of calls in flight, and
-the SDK's error for a request its shutdown cancelled, *Connection closed*,
-is replaced by one that says what happened: the server is shutting down.
+On the way, each answer takes its call off the calls in flight, and the
+SDK's error for a request its shutdown cancelled, *Connection closed*, is
+replaced by one that says what happened: the server is shutting down.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from mcp_types import (
     RequestId,
 )
 
-from ._calls import CallTable
+from ._calls import CallsInFlight
 from ._stdout import LineWriter
 
 REFUSED: Final = "server is shutting down; the request was not started"
@@ -68,7 +68,7 @@ class WireOut:
     """
 
     _writer: LineWriter
-    _calls: CallTable
+    _calls: CallsInFlight
     _on_broken: Callable[[str], None]
     _closed: bool = attrs.field(default=False, init=False)
 

@@ -59,13 +59,13 @@ from mcp_types import (
 
 from .._children._stdin import StdinLines, open_stdin_lines
 from .._core._cancellation import PROGRESS_INTERVAL
+from .._core._groups import is_cancellation
 from .._core._inbox import InboxReceiver
 from .._core._log import library_logger
 from .._core._stop import STOP
-from .._core._topology import is_cancellation
-from .._run._exitcodes import ExitCodes
-from .._run._runner import Runner, current_runner
-from ._calls import CallTable, describe_call
+from .._run._exit._status import ExitCodes
+from .._run._program._runner import Runner, current_runner
+from ._calls import CallsInFlight, describe_call
 from ._claim import claim_stdio
 from ._handlers import HandlersInBundle
 from ._outgoing import REFUSED, WireOut, shutdown_error
@@ -225,7 +225,7 @@ async def serve_stdio(
         to_sdk, from_wire = anyio.create_memory_object_stream[
             SessionMessage | Exception
         ]()
-        calls = CallTable()
+        calls = CallsInFlight()
         wire = WireOut(LineWriter(write_fd), calls, _stdout_broken)
         async with (
             open_stdin_lines(fd=read_fd) as lines,
@@ -253,7 +253,7 @@ class _Session:
     _lines: StdinLines
     _to_sdk: MemoryObjectSendStream[SessionMessage | Exception]
     _wire: WireOut
-    _calls: CallTable
+    _calls: CallsInFlight
 
     async def serve(self) -> None:
         """Pass messages on until STOP or end of input, then finish the calls."""

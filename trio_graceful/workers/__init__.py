@@ -36,36 +36,7 @@ if TYPE_CHECKING:
         systemd_listeners as systemd_listeners,
     )
 
-__all__ = [
-    "WorkerCrashLoopError",
-    "WorkerInfo",
-    "WorkerPool",
-    "WorkerPoolStatistics",
-    "WorkerState",
-    "inherited_binds",
-    "inherited_sockets",
-    "open_listeners",
-    "serve_workers",
-    "systemd_listeners",
-]
-
-# Each name is loaded from its module on first use (see trio_graceful._exports).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._pool": (
-        "WorkerCrashLoopError",
-        "WorkerPool",
-        "WorkerPoolStatistics",
-        "serve_workers",
-    ),
-    "._process": ("WorkerInfo", "WorkerState"),
-    "._sockets": (
-        "inherited_binds",
-        "inherited_sockets",
-        "open_listeners",
-        "systemd_listeners",
-    ),
-}
-
+# Each name of the block above is loaded on first use (see trio_graceful._exports).
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy_names(globals(), __name__, _MODULES)
+    __getattr__, __dir__ = _lazy_names(globals())
 del _lazy_names

@@ -47,7 +47,7 @@ import attrs
 import trio
 
 from .. import STOP, InboxReceiver, Lifecycle, LifecycleState, current_runner
-from .._core._util import NoPublicConstructor
+from .._core._lowlevel import NoPublicConstructor
 from .._deploy._sdnotify import SystemdNotifier, notifier_from_environment
 from ._process import Worker, WorkerInfo, WorkerState, logger
 from ._sockets import FDS_VARIABLE, describe
