@@ -276,9 +276,15 @@ def _request_bytes(target: str) -> bytes:
     return data + (writer.send(h11.EndOfMessage()) or b"")
 
 
-async def get_status(port: int, target: str) -> int:
-    """The status of ``GET target`` on ``port``, on a connection of its own."""
-    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+async def get_status(port: int | str, target: str) -> int:
+    """The status of ``GET target`` on ``port`` (or a unix socket's path), on a
+    connection of its own."""
+    stream = (
+        await trio.open_unix_socket(port)
+        if isinstance(port, str)
+        else await trio.open_tcp_stream("127.0.0.1", port)
+    )
+    async with stream:
         client = h11.Connection(h11.CLIENT)
         await stream.send_all(_request_bytes(target))
         with trio.fail_after(PATIENCE):

@@ -3,15 +3,18 @@ the environment, the arguments and a worker's table of states."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import trio_graceful
 from trio_graceful.workers import (
     WorkerState,
+    close_listeners,
     inherited_binds,
     inherited_sockets,
     open_listeners,
@@ -114,3 +117,80 @@ def test_a_worker_moves_only_along_its_table():
     ):
         worker._move(_Event.BECOME_READY)
     assert worker.state is WorkerState.EXITED
+
+
+def test_close_listeners_removes_the_file_of_a_unix_socket(tmp_path: Path):
+    path = tmp_path / "socket"
+    [sock] = open_listeners([f"unix:{path}"])
+    with socket.socket(socket.AF_UNIX) as client:
+        client.connect(str(path))
+    close_listeners([sock])
+    assert sock.fileno() == -1
+    assert not path.exists()
+
+
+def test_close_listeners_leaves_a_file_that_is_no_longer_its_own(tmp_path: Path):
+    path = tmp_path / "socket"
+    [sock] = open_listeners([f"unix:{path}"])
+    path.unlink()
+    with socket.socket(socket.AF_UNIX) as other:
+        other.bind(str(path))  # another service bound the path since
+        close_listeners([sock])
+        assert path.exists()
+
+
+def test_close_listeners_leaves_the_files_of_sockets_it_did_not_bind(tmp_path: Path):
+    path = tmp_path / "socket"
+    given = socket.socket(socket.AF_UNIX)  # as systemd would pass it
+    given.bind(str(path))
+    given.listen()
+    close_listeners([given])
+    assert given.fileno() == -1
+    assert path.exists()
+
+
+def test_open_listeners_replaces_a_stale_unix_socket_file(tmp_path: Path):
+    path = tmp_path / "socket"
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(path))  # and closed without removing its file
+    [sock] = open_listeners([f"unix:{path}"])
+    with socket.socket(socket.AF_UNIX) as client:
+        client.connect(str(path))
+    close_listeners([sock])
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("backlog", [8, 0])
+def test_open_listeners_refuses_a_unix_path_somebody_listens_on(
+    tmp_path: Path, backlog: int
+):
+    path = tmp_path / "socket"
+    with socket.socket(socket.AF_UNIX) as live:
+        live.bind(str(path))
+        live.listen(backlog)
+        if backlog == 0:  # a queue that is full: connecting would wait
+            filler = socket.socket(socket.AF_UNIX)
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(str(path))
+        with pytest.raises(
+            OSError,
+            match=rf"^\[Errno 98\] cannot listen on unix:{path}: another process "
+            r"listens there$",
+        ):
+            open_listeners(["127.0.0.1:0", f"unix:{path}"])
+        if backlog == 0:
+            filler.close()
+        assert path.exists()  # the live one's file is left alone
+
+
+def test_open_listeners_refuses_a_unix_path_that_is_no_socket(tmp_path: Path):
+    path = tmp_path / "socket"
+    path.write_text("data")
+    with pytest.raises(
+        OSError,
+        match=rf"^\[Errno 98\] cannot listen on unix:{path}: the path exists and "
+        r"is not a socket$",
+    ):
+        open_listeners([f"unix:{path}"])
+    assert path.read_text() == "data"

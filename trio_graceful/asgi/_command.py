@@ -27,7 +27,12 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 import trio_graceful
-from trio_graceful.workers import open_listeners, serve_workers, systemd_listeners
+from trio_graceful.workers import (
+    close_listeners,
+    open_listeners,
+    serve_workers,
+    systemd_listeners,
+)
 
 from ._worker import check_app_name
 
@@ -132,8 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             name="trio_graceful.asgi",
         )
     finally:
-        for sock in sockets:
-            sock.close()
+        close_listeners(sockets)
 
 
 async def _supervise(

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         WorkerState as WorkerState,
     )
     from ._sockets import (
+        close_listeners as close_listeners,
         inherited_binds as inherited_binds,
         inherited_sockets as inherited_sockets,
         open_listeners as open_listeners,

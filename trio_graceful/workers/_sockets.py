@@ -10,13 +10,23 @@ A worker gets the same sockets as inherited file descriptors, named in
 ``$TRIO_GRACEFUL_WORKER_FDS`` (`inherited_sockets`, `inherited_binds`).
 systemd's own variables cannot be used for that: ``$LISTEN_PID`` must be the
 worker's process id, which is only known once the worker runs.
+
+A ``unix:PATH`` socket is a file, which outlives the socket: `close_listeners`
+removes the files `open_listeners` made, if they are still the same files
+(another service may have bound the path since), and `open_listeners`
+replaces a file left by a process that died without removing it, once a
+connection to it is refused: nobody listens there. A file on which somebody
+listens is never taken over. Sockets from systemd are systemd's: their files
+are left alone.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
-from collections.abc import MutableMapping, Sequence
+import stat
+from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Final, cast
 
 FDS_VARIABLE: Final = "TRIO_GRACEFUL_WORKER_FDS"
@@ -33,12 +43,16 @@ def open_listeners(binds: Sequence[str]) -> list[socket.socket]:
     An address is ``HOST:PORT`` (``127.0.0.1:8000``, ``[::1]:8000``, port 0
     for any free one) or ``unix:PATH``. The sockets listen with the system's
     longest queue, are not inherited by child processes unless passed to them
-    (`serve_workers` does), and are the caller's to close. Not a checkpoint.
+    (`serve_workers` does), and are the caller's to close, with
+    `close_listeners`, which also removes the files of ``unix:`` sockets. A
+    ``unix:`` file left behind by a process that is gone (a connection to it
+    is refused) is replaced. Not a checkpoint.
 
     Raises:
         ValueError: if ``binds`` is empty or an address is not of those forms.
-        OSError: if an address cannot be bound; the message names it, and the
-            sockets already opened are closed.
+        OSError: if an address cannot be bound, or a ``unix:`` path is a live
+            socket or not a socket at all; the message names it, and the
+            sockets already opened are closed (and their files removed).
     """
     if isinstance(binds, str) or not binds:
         raise ValueError(f"binds must be a non-empty list of addresses, not {binds!r}")
@@ -47,30 +61,103 @@ def open_listeners(binds: Sequence[str]) -> list[socket.socket]:
         for bind in binds:
             opened.append(_listen(bind))
     except BaseException:
-        for sock in opened:
-            sock.close()
+        close_listeners(opened)
         raise
     return opened
 
 
+def close_listeners(sockets: Iterable[socket.socket]) -> None:
+    """Close ``sockets``, and remove the files of those `open_listeners` bound.
+
+    A ``unix:`` socket's file is removed only if it is still the one that
+    `open_listeners` made (same device and inode): if another process has
+    bound the path since, its file stays. Sockets from anywhere else (such as
+    `systemd_listeners`) are only closed. Not a checkpoint.
+    """
+    for sock in sockets:
+        if isinstance(sock, _UnixListener):
+            sock.remove_file()
+        sock.close()
+
+
+class _UnixListener(socket.socket):
+    """A ``unix:`` listening socket that remembers which file it made."""
+
+    # The file's (st_dev, st_ino) once bound; None until then, and once removed.
+    file_identity: tuple[int, int] | None = None
+
+    def remove_file(self) -> None:
+        path, identity = cast("str", self.getsockname()), self.file_identity
+        self.file_identity = None
+        if identity is not None and _identity(path) == identity:
+            os.unlink(path)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 def _listen(bind: str) -> socket.socket:
     family, address = _parse(bind)
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = (
+        _UnixListener(family, socket.SOCK_STREAM)
+        if family == socket.AF_UNIX
+        else socket.socket(family, socket.SOCK_STREAM)
+    )
     try:
         if family != socket.AF_UNIX:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:
-            sock.bind(address)
+            if isinstance(sock, _UnixListener):
+                _bind_file(sock, cast("str", address))
+            else:
+                sock.bind(address)
         except OSError as exc:
             text = f"cannot listen on {bind}: {exc.strerror}"
             raise OSError(exc.errno, text) from exc
         sock.listen(_BACKLOG)
     except BaseException:
-        sock.close()
+        close_listeners([sock])
         raise
     return sock
+
+
+def _bind_file(sock: _UnixListener, path: str) -> None:
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        _remove_stale(path)
+        sock.bind(path)
+    sock.file_identity = _identity(path)
+
+
+def _remove_stale(path: str) -> None:
+    """Remove ``path`` if it is a socket file nobody listens on; raise otherwise."""
+    if not stat.S_ISSOCK(os.lstat(path).st_mode):
+        raise OSError(errno.EADDRINUSE, "the path exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        # Not blocking: a listener whose queue is full makes connect() wait;
+        # it says EAGAIN here instead, and is as live as one that accepts.
+        probe.setblocking(False)
+        try:
+            probe.connect(path)
+        except BlockingIOError:
+            pass
+        except ConnectionRefusedError:
+            # Nobody listens: a file left by a process that died. Between the
+            # probe and the unlink another process could bind it; binding
+            # again then fails, and says so.
+            os.unlink(path)
+            return
+    raise OSError(errno.EADDRINUSE, "another process listens there")
 
 
 def _parse(bind: str) -> tuple[socket.AddressFamily, str | tuple[str, int]]:
