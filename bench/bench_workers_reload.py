@@ -175,13 +175,13 @@ def reload_durations(lines: list[str]) -> list[float]:
     durations: list[float] = []
     for line in lines:
         match = re.match(
-            r"\S+ (\d+):(\d+):([\d.,]+) .*reload (\d+) (begins|done)", line
+            r"\S+ (\d+):(\d+):([\d.,]+) .*reload (\d+) (started|done)", line
         )
         if match is None:
             continue
         hours, minutes, seconds, number, what = match.groups()
         at = int(hours) * 3600 + int(minutes) * 60 + float(seconds.replace(",", "."))
-        if what == "begins":
+        if what == "started":
             begins[number] = at
         else:
             durations.append(round(at - begins[number], 2))

@@ -11,6 +11,7 @@ by `PATIENCE` only as a guard against a hang.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import re
@@ -294,6 +295,22 @@ async def get_status(port: int | str, target: str) -> int:
                     client.receive_data(await stream.receive_some())
                 elif isinstance(event, h11.Response):
                     return event.status_code
+
+
+async def get_statusz(port: int) -> dict[str, object]:
+    """``/statusz`` of the health endpoint on ``port`` of 127.0.0.1, as JSON."""
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(
+            b"GET /statusz HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n"
+        )
+        data = b""
+        with trio.fail_after(PATIENCE):
+            while chunk := await stream.receive_some():
+                data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.split()[1] == b"200", data
+    result: dict[str, object] = json.loads(body)
+    return result
 
 
 @contextlib.asynccontextmanager

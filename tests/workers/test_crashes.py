@@ -95,7 +95,7 @@ async def test_sigttin_adds_a_worker_and_sigttou_removes_one_drained():
             await supervisor.wait_for(r"added worker 2: 2 workers now")
             await load.wait_answered(10)
             supervisor.signal(signal.SIGTTOU)
-            await supervisor.wait_for(r"removing a worker: 1 workers now")
+            await supervisor.wait_for(r"removing a worker: 1 worker now")
             await supervisor.wait_for(r"worker 1 \(pid \d+, generation 0\) exited")
             await load.wait_answered(10)
             supervisor.signal(signal.SIGTTOU)

@@ -125,7 +125,7 @@ async def test_sighups_during_a_reload_make_one_more_reload():
     command = asgi_command("--bind", "127.0.0.1:0")
     async with open_supervisor(command, workers=1) as supervisor:
         supervisor.signal(signal.SIGHUP)
-        await supervisor.wait_for(r"reload 1 begins: replacing 1 workers")
+        await supervisor.wait_for(r"reload 1 started: replacing 1 worker")
         for _ in range(3):
             supervisor.signal(signal.SIGHUP)
         await supervisor.wait_for("reload 1 done")

@@ -8,6 +8,12 @@ Run by the supervisor as ``python -m trio_graceful.asgi._worker MODULE:APP
 accepts. It has no drain delay of its own: the supervisor's came first, and
 a worker replaced by a reload must stop accepting at once, so that the
 connections in the shared queue go to the others.
+
+It also tells the supervisor how many requests it is running, for
+``/statusz``: ``X_REQUESTS_IN_FLIGHT=N`` on the same socket when the count
+has changed, looked at every `IN_FLIGHT_INTERVAL` seconds, so a busy
+worker sends a few datagrams a second, not one per request. It goes on
+through the server's drain, to the last request.
 """
 
 from __future__ import annotations
@@ -21,16 +27,22 @@ import re
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any, Final
 
+import attrs
 import trio
 
 import trio_graceful
 from trio_graceful.workers import inherited_binds
 
-from ._server import serve_asgi
+from .._deploy._sdnotify import SystemdNotifier, notifier_from_environment
+from ..workers._process import IN_FLIGHT_FIELD
+from ._server import AsgiServer, serve_asgi
 
 _APP = re.compile(r"[\w.]+:[\w.]+", re.ASCII)
 LOG_FORMAT = "%(asctime)s [%(process)d] %(name)s %(levelname)s: %(message)s"
+IN_FLIGHT_INTERVAL: Final = 0.1
+"""Seconds between two looks at the number of requests running."""
 
 
 def check_app_name(text: str) -> str:
@@ -63,11 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     binds = inherited_binds()
+    # Read before trio_graceful.run, which removes it from the environment.
+    notifier = notifier_from_environment(unset_environment=False)
     app = import_app(args.app, os.path.abspath(args.app_dir))
     return trio_graceful.run(
         _serve,
         app,
         binds,
+        notifier,
         grace=args.grace,
         exit_codes=trio_graceful.ExitCodes(
             clean_signals={signal.SIGINT, signal.SIGTERM}
@@ -79,14 +94,53 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve(
     app: object,
     binds: list[str],
+    notifier: SystemdNotifier,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     runner = trio_graceful.current_runner()
-    await runner.start_service(functools.partial(serve_asgi, bind=binds), app)
+    in_flight = _InFlight(notifier)
+    # Started first, so it stops last: it reports through the server's drain.
+    await runner.start_service(in_flight.serve, name="requests in flight")
+    in_flight.server = await runner.start_service(
+        functools.partial(serve_asgi, bind=binds), app
+    )
     task_status.started()
     _, inbox = runner.root.open_inbox()
     await inbox.receive()  # STOP: main returns, and the server drains
+
+
+@attrs.define(eq=False)
+class _InFlight:
+    """Tells the supervisor how many requests ``server`` runs, when that changed."""
+
+    notifier: SystemdNotifier
+    server: AsgiServer | None = None
+    _sent: int | None = None
+
+    def report(self) -> None:
+        server = self.server
+        running = 0 if server is None else server.statistics().requests_running
+        if running != self._sent and self.notifier.notify(
+            **{IN_FLIGHT_FIELD: str(running)}
+        ):
+            self._sent = running
+
+    async def serve(
+        self,
+        inbox: trio_graceful.InboxReceiver[Any],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Report until STOP, which comes once the server has drained."""
+        task_status.started()
+        await inbox.until_stop(self._watch)
+        self.report()
+
+    async def _watch(self) -> None:
+        while True:
+            self.report()
+            await trio.sleep(IN_FLIGHT_INTERVAL)
 
 
 if __name__ == "__main__":

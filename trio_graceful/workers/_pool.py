@@ -47,6 +47,7 @@ import attrs
 import trio
 
 from .. import STOP, InboxReceiver, Lifecycle, LifecycleState, current_runner
+from .._core._log import plural
 from .._core._lowlevel import NoPublicConstructor
 from .._deploy._sdnotify import SystemdNotifier, notifier_from_environment
 from ._process import Worker, WorkerInfo, WorkerState, logger
@@ -78,6 +79,12 @@ class WorkerPoolStatistics:
     """Whether a reload is under way."""
     workers: tuple[WorkerInfo, ...]
     """Every worker process that runs, by number."""
+
+    def as_dict(self) -> dict[str, object]:
+        """The snapshot as JSON-able values: what ``/statusz`` shows as ``workers``."""
+        result = attrs.asdict(self, recurse=False)
+        result["workers"] = [worker.as_dict() for worker in self.workers]
+        return result
 
 
 class _Change(enum.Enum):
@@ -204,8 +211,9 @@ class WorkerPool(metaclass=NoPublicConstructor):
         while self._crashes[0] < now - self._window:
             self._crashes.popleft()
         if len(self._crashes) > self._max_restarts:
+            times = plural(len(self._crashes), "time")
             message = (
-                f"workers ended unexpectedly {len(self._crashes)} times within "
+                f"workers ended unexpectedly {times} within "
                 f"{self._window:g} s (at most {self._max_restarts} allowed); the "
                 f"last was {worker.name()}, which {_ending(worker)}"
             )
@@ -225,11 +233,11 @@ class WorkerPool(metaclass=NoPublicConstructor):
             return
         ready = self._count(WorkerState.READY)
         if ready < self._target and lifecycle.ready:
-            reason = f"{ready} of {self._target} workers ready"
+            reason = f"{ready} of {plural(self._target, 'worker')} ready"
             if lifecycle.reason != reason:
                 lifecycle.degrade(reason)
         elif ready >= self._target and lifecycle.state is LifecycleState.DEGRADED:
-            lifecycle.recover(f"{self._target} workers ready")
+            lifecycle.recover(f"{plural(self._target, 'worker')} ready")
 
     async def _wait_changed(self) -> None:
         await self._changed.wait()
@@ -284,7 +292,7 @@ class WorkerPool(metaclass=NoPublicConstructor):
                 logger.warning("not removing the last worker")
             else:
                 self._target -= 1
-                logger.info("removing a worker: %d workers now", self._target)
+                logger.info("removing a worker: %s now", plural(self._target, "worker"))
                 await self._retire(self._members()[0], "removed")
                 self._follow_readiness()
 
@@ -295,9 +303,9 @@ class WorkerPool(metaclass=NoPublicConstructor):
         self._notifier.notify(RELOADING="1", MONOTONIC_USEC=str(usec))
         old = [worker for worker in self._members() if worker.generation < generation]
         logger.info(
-            "reload %d begins: replacing %d workers, one at a time",
+            "reload %d started: replacing %s, one at a time",
             generation,
-            len(old),
+            plural(len(old), "worker"),
         )
         failure = ""
         for worker in old:
@@ -326,7 +334,9 @@ class WorkerPool(metaclass=NoPublicConstructor):
             logger.error("adding a worker failed: %s", failure)
         else:
             self._target += 1
-            logger.info("added worker %d: %d workers now", new.number, self._target)
+            logger.info(
+                "added worker %d: %s now", new.number, plural(self._target, "worker")
+            )
 
     async def _admit(self, new: Worker) -> str:
         """Wait until ``new`` is ready, and count it; return "" or what failed.
@@ -422,7 +432,11 @@ async def serve_workers(
     `trio_graceful.run_process` child of a bundle of its own, in a process
     group of its own: STOP is SIGTERM, the hard cancel SIGKILL. `serve_workers`
     is ready (``task_status.started``, with the `WorkerPool`) once every
-    first worker is ready.
+    first worker is ready. Under `trio_graceful.run`, ``/statusz`` lists the
+    workers as ``workers`` (`WorkerPoolStatistics.as_dict`): each one's pid,
+    generation, state and the requests it runs, as it last said in
+    ``X_REQUESTS_IN_FLIGHT=N`` (the workers of ``python -m
+    trio_graceful.asgi`` do).
 
     SIGHUP reloads (every worker replaced by a new one, one at a time, new
     worker first, each gated on its readiness), SIGTTIN adds a worker,
@@ -495,11 +509,16 @@ async def serve_workers(
         lifecycle=None if runner is None else runner.lifecycle,
     )
     for sock in sockets:
-        logger.info("listening on %s for %d workers", describe(sock), workers)
+        logger.info("listening on %s for %s", describe(sock), plural(workers, "worker"))
     receiver: AbstractContextManager[AsyncIterator[int] | None] = (
         trio.open_signal_receiver(*SIGNALS) if handle_signals else nullcontext()
     )
-    with receiver as signals:
+    listed: AbstractContextManager[None] = (
+        nullcontext()
+        if runner is None
+        else runner.status_detail("workers", lambda: pool.statistics().as_dict())
+    )
+    with receiver as signals, listed:
         await pool.serve(inbox, signals, task_status)
 
 

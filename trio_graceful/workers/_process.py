@@ -12,14 +12,14 @@ run by `trio_graceful.run` sends that by itself once ``main`` is ready (and
 ``STATUS=`` lines as its state changes, ``STOPPING=1`` at its shutdown); any
 program that speaks the protocol (libsystemd's ``sd_notify``) will do too.
 The last ``STATUS=`` a worker sent is kept, for the log line that tells of
-its end.
+its end, and so is the last ``X_REQUESTS_IN_FLIGHT=N`` (a field of our own:
+systemd ignores those that begin with ``X_``), for ``/statusz``.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
-import logging
 import math
 import os
 import signal
@@ -31,10 +31,13 @@ import attrs
 import trio
 
 from .. import open_bundle, run_process
+from .._core._log import library_logger
 from .._core._statetable import StateTable
 
-logger = logging.getLogger("trio_graceful.workers")
+logger = library_logger("trio_graceful.workers")
 
+IN_FLIGHT_FIELD: Final = "X_REQUESTS_IN_FLIGHT"
+"""The notification field in which a worker tells how many requests it runs."""
 GENERATION_VARIABLE: Final = "TRIO_GRACEFUL_WORKER_GENERATION"
 NUMBER_VARIABLE: Final = "TRIO_GRACEFUL_WORKER"
 
@@ -90,6 +93,15 @@ class WorkerInfo:
     """Where it is in its life."""
     status: str
     """The last ``STATUS=`` it sent, or ``""``."""
+    requests_in_flight: int | None = None
+    """The requests it runs, as it last said (``X_REQUESTS_IN_FLIGHT=N``);
+    None if it never said."""
+
+    def as_dict(self) -> dict[str, object]:
+        """The worker as JSON-able values, its state as its string value."""
+        result = attrs.asdict(self, recurse=False)
+        result["state"] = self.state.value
+        return result
 
 
 @final
@@ -106,6 +118,7 @@ class Worker:
     pid: int | None = attrs.field(default=None, init=False)
     returncode: int | None = attrs.field(default=None, init=False)
     status: str = attrs.field(default="", init=False)
+    requests_in_flight: int | None = attrs.field(default=None, init=False)
     # Set when the supervisor itself stops it (reload, scale, shutdown): its
     # end is then no crash.
     retired: bool = attrs.field(default=False, init=False)
@@ -130,7 +143,12 @@ class Worker:
 
     def info(self) -> WorkerInfo:
         return WorkerInfo(
-            self.number, self.generation, self.pid, self.state, self.status
+            self.number,
+            self.generation,
+            self.pid,
+            self.state,
+            self.status,
+            self.requests_in_flight,
         )
 
     def describe_end(self) -> str:
@@ -293,6 +311,8 @@ class Worker:
                 fields[key] = value
             if "STATUS" in fields:
                 self.status = fields["STATUS"]
+            if fields.get(IN_FLIGHT_FIELD, "").isdigit():
+                self.requests_in_flight = int(fields[IN_FLIGHT_FIELD])
             if fields.get("READY") == "1" and self.state is not WorkerState.EXITED:
                 before = self.state
                 self._move(_Event.BECOME_READY)

@@ -164,6 +164,8 @@ class Program:
         self._ending = EndingRecorder(options.exit_codes)
         self._exit_code: int | None = None
         self._exit_line = ""
+        # Name -> what it adds to the status now (Runner.status_detail).
+        self.status_details: dict[str, Callable[[], object]] = {}
 
     # -- what the runner reads -------------------------------------------------------
 
@@ -209,6 +211,7 @@ class Program:
             forced=stages.forced,
             tasks_running=0 if root is None else root.statistics().children_running,
             services_running=() if services is None else tuple(services.running),
+            details={name: fn() for name, fn in self.status_details.items()},
         )
 
     # -- entry point ---------------------------------------------------------------
