@@ -12,7 +12,7 @@ connections in the shared queue go to the others.
 It also tells the supervisor how many requests it is running, for
 ``/statusz``: ``X_REQUESTS_IN_FLIGHT=N`` on the same socket when the count
 has changed, looked at every `IN_FLIGHT_INTERVAL` seconds, so a busy
-worker sends a few datagrams a second, not one per request. It goes on
+worker sends four datagrams a second at most, not one per request. It goes on
 through the server's drain, to the last request.
 """
 
@@ -41,7 +41,7 @@ from ._server import AsgiServer, serve_asgi
 
 _APP = re.compile(r"[\w.]+:[\w.]+", re.ASCII)
 LOG_FORMAT = "%(asctime)s [%(process)d] %(name)s %(levelname)s: %(message)s"
-IN_FLIGHT_INTERVAL: Final = 0.1
+IN_FLIGHT_INTERVAL: Final = 0.25
 """Seconds between two looks at the number of requests running."""
 
 
