@@ -41,6 +41,23 @@ def test_a_detail_is_in_the_status_and_at_statusz_for_its_block_only():
     assert seen == [{"asked": 2}, False]
 
 
+def test_a_detail_that_fails_is_logged_and_says_its_error(
+    caplog: pytest.LogCaptureFixture,
+):
+    async def main() -> None:
+        def broken() -> object:
+            raise LookupError("no pool")
+
+        with current_runner().status_detail("pool", broken):
+            details = current_runner().status().details
+        assert details == {"pool": {"error": "LookupError: no pool"}}
+
+    assert trio_graceful.run(main) == 0
+    [record] = [r for r in caplog.records if "status detail" in r.getMessage()]
+    assert record.getMessage() == "the status detail 'pool' failed"
+    assert record.exc_info is not None
+
+
 NEW_KEY = "name must be a new key of /statusz"
 TAKEN = r"^a status detail named 'taken' is given already$"
 

@@ -211,7 +211,10 @@ class Program:
             forced=stages.forced,
             tasks_running=0 if root is None else root.statistics().children_running,
             services_running=() if services is None else tuple(services.running),
-            details={name: fn() for name, fn in self.status_details.items()},
+            details={
+                name: _detail(name, describe)
+                for name, describe in self.status_details.items()
+            },
         )
 
     # -- entry point ---------------------------------------------------------------
@@ -423,3 +426,16 @@ class Program:
         return self._ending.exit_status(
             first_signal=self.escalation.first_signal, forced_by=forced_by
         )
+
+
+def _detail(name: str, describe: Callable[[], object]) -> object:
+    """What ``describe`` says now; if it raises, the error, logged.
+
+    The status is asked for at each lifecycle move and probe: a part's bug
+    must not stop them.
+    """
+    try:
+        return describe()
+    except Exception as exc:
+        logger.exception("the status detail %r failed", name)
+        return {"error": one_line(exc)}

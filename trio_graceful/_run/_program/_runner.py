@@ -147,8 +147,9 @@ class Runner(metaclass=NoPublicConstructor):
 
         `status` calls ``describe`` each time it is asked for, and puts what it
         returns in `ProgramStatus.details`; ``/statusz`` shows it under
-        ``name``. It must return JSON-able values at once, without blocking
-        (an exception there makes ``/statusz`` answer 500). A service uses it
+        ``name``. It must return JSON-able values at once, without blocking;
+        if it raises, the error is logged and the detail is ``{"error":
+        "..."}`` (the exception's last line). A service uses it
         to say what only it knows (`trio_graceful.workers.serve_workers` lists
         its workers). Not a checkpoint.
 
