@@ -87,9 +87,11 @@ class _UnixListener(socket.socket):
     file_identity: tuple[int, int] | None = None
 
     def remove_file(self) -> None:
-        path, identity = cast("str", self.getsockname()), self.file_identity
-        self.file_identity = None
-        if identity is not None and _identity(path) == identity:
+        identity, self.file_identity = self.file_identity, None
+        if identity is None:
+            return  # never bound, or removed already
+        path = cast("str", self.getsockname())
+        if _identity(path) == identity:
             os.unlink(path)
 
 
