@@ -2,7 +2,9 @@
 
 One route, ``GET /work?ms=N&id=K``: it works N ms (``anyio.sleep``, so that
 the same code runs on Trio and on asyncio), then answers ``{"id": K}``, as
-the route of the same name in ``examples/asgi_service.py`` does.
+the route of the same name in ``examples/asgi_service.py`` does. Another,
+``GET /cpu?ms=N``, spends N ms of the CPU (a busy loop on the thread's CPU
+clock) before it answers, for the throughput of several worker processes.
 
 The benchmarks serve it three ways:
 
@@ -19,6 +21,7 @@ import argparse
 import functools
 import logging
 import sys
+import time
 
 import anyio
 import trio
@@ -41,7 +44,17 @@ async def work(request: Request) -> Response:
     return JSONResponse({"id": int(request_id)})
 
 
-app = Starlette(routes=[Route("/work", work)])
+async def cpu(request: Request) -> Response:
+    ms = request.query_params.get("ms", "1")
+    if not ms.isdigit():
+        return JSONResponse({"error": "ms must be a whole number"}, 400)
+    end = time.thread_time() + int(ms) / 1000
+    while time.thread_time() < end:
+        pass
+    return JSONResponse({"ms": int(ms)})
+
+
+app = Starlette(routes=[Route("/work", work), Route("/cpu", cpu)])
 
 
 async def serve(

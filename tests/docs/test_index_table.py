@@ -48,6 +48,7 @@ def test_the_index_opens_with_the_table_and_agrees_with_the_pages():
     assert index.index(".. list-table::") < index.index(".. toctree::")
     assert [row[0] for row in rows(index)] == [
         "An HTTP service (Starlette, FastAPI, Quart-Trio)",
+        "An HTTP service in several worker processes (more cores, reloads)",
         "A WebSocket server",
         "An MCP server",
         "Background jobs",

@@ -20,6 +20,7 @@ import trio_graceful.asgi
 import trio_graceful.jobs
 import trio_graceful.lowlevel
 import trio_graceful.mcp
+import trio_graceful.workers
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Each package and the page that holds its reference: docs/reference.rst, a
@@ -30,6 +31,7 @@ PACKAGES = [
     (trio_graceful.asgi, "reference.rst"),
     (trio_graceful.mcp, "reference.rst"),
     (trio_graceful.lowlevel, "reference.rst"),
+    (trio_graceful.workers, "reference.rst"),
 ]
 # Type aliases described in the text of a function that takes them.
 UNLISTED = {"TraceHook"}  # described in add_trace_hook

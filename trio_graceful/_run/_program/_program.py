@@ -164,6 +164,8 @@ class Program:
         self._ending = EndingRecorder(options.exit_codes)
         self._exit_code: int | None = None
         self._exit_line = ""
+        # Name -> what it adds to the status now (Runner.status_detail).
+        self.status_details: dict[str, Callable[[], object]] = {}
 
     # -- what the runner reads -------------------------------------------------------
 
@@ -209,6 +211,10 @@ class Program:
             forced=stages.forced,
             tasks_running=0 if root is None else root.statistics().children_running,
             services_running=() if services is None else tuple(services.running),
+            details={
+                name: _detail(name, describe)
+                for name, describe in self.status_details.items()
+            },
         )
 
     # -- entry point ---------------------------------------------------------------
@@ -420,3 +426,16 @@ class Program:
         return self._ending.exit_status(
             first_signal=self.escalation.first_signal, forced_by=forced_by
         )
+
+
+def _detail(name: str, describe: Callable[[], object]) -> object:
+    """What ``describe`` says now; if it raises, the error, logged.
+
+    The status is asked for at each lifecycle move and probe: a part's bug
+    must not stop them.
+    """
+    try:
+        return describe()
+    except Exception as exc:
+        logger.exception("the status detail %r failed", name)
+        return {"error": one_line(exc)}

@@ -9,6 +9,8 @@ time it is asked for, never kept beside them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from ..._core._log import plural
@@ -49,6 +51,10 @@ class ProgramStatus:
     services_running: tuple[str, ...]
     """The names of the services still running, in start order."""
 
+    details: Mapping[str, object] = attrs.field(factory=dict[str, object])
+    """What the program's parts add (`Runner.status_detail`), JSON-able, by
+    name; ``/statusz`` shows each under its name, beside the fields above."""
+
     def describe(self) -> str:
         """One line for a person: the state and, while leaving, the drain's progress."""
         if self.drain_delay_left is not None:
@@ -72,8 +78,12 @@ class ProgramStatus:
         return f"{self.state.value}" + (f" ({self.reason})" if self.reason else "")
 
     def as_dict(self) -> dict[str, object]:
-        """The snapshot as JSON-able values, the state as its string value."""
+        """The snapshot as JSON-able values, the state as its string value.
+
+        Each of `details` is a key of its own.
+        """
         result = attrs.asdict(self, recurse=False)
         result["state"] = self.state.value
         result["services_running"] = list(self.services_running)
-        return result
+        del result["details"]
+        return result | dict(self.details)

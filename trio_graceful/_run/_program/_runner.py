@@ -8,9 +8,10 @@ of the run reach it as the `Runner` that `current_runner` returns.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Generator
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, final, overload
 
@@ -137,6 +138,41 @@ class Runner(metaclass=NoPublicConstructor):
         """
         self._check_thread("status")
         return self._run.status()
+
+    @contextlib.contextmanager
+    def status_detail(
+        self, name: str, describe: Callable[[], object]
+    ) -> Generator[None]:
+        """Add ``describe()`` to the program's status, as ``name``, for the block.
+
+        `status` calls ``describe`` each time it is asked for, and puts what it
+        returns in `ProgramStatus.details`; ``/statusz`` shows it under
+        ``name``. It must return JSON-able values at once, without blocking;
+        if it raises, the error is logged and the detail is ``{"error":
+        "..."}`` (the exception's last line). A service uses it
+        to say what only it knows (`trio_graceful.workers.serve_workers` lists
+        its workers). Not a checkpoint.
+
+        Raises:
+            TypeError: if ``name`` is not a string or ``describe`` not callable.
+            ValueError: if ``name`` is empty, a field of `ProgramStatus`, or
+                given by another block that has not ended.
+            RuntimeError: if called from another thread.
+        """
+        self._check_thread("status_detail")
+        check_string("name", name)
+        if not callable(describe):
+            raise TypeError(f"describe must be a callable, not {describe!r}")
+        details = self._run.status_details
+        if not name or name in attrs.fields_dict(ProgramStatus):
+            raise ValueError(f"name must be a new key of /statusz, not {name!r}")
+        if name in details:
+            raise ValueError(f"a status detail named {name!r} is given already")
+        details[name] = describe
+        try:
+            yield
+        finally:
+            del details[name]
 
     def request_shutdown(self, reason: str = "requested") -> None:
         """Begin the graceful shutdown, as the first signal would.

@@ -1,0 +1,56 @@
+"""A supervisor built on the library, for the tests: ``serve_workers`` under ``run``.
+
+``python -m tests.support.workers_program --workers N --max-restarts R
+--restart-window T -- COMMAND...`` runs COMMAND as N workers, on the sockets
+of systemd's socket activation or, without them, on one socket bound to a
+free port of 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+
+import trio
+
+import trio_graceful
+from trio_graceful.workers import open_listeners, serve_workers, systemd_listeners
+
+
+async def supervise(
+    serve: Callable[..., Awaitable[None]],
+    command: list[str],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    runner = trio_graceful.current_runner()
+    await runner.start_service(serve, command, name="workers")
+    task_status.started()
+    _, inbox = runner.root.open_inbox()
+    await inbox.receive()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--max-restarts", type=int, default=5)
+    parser.add_argument("--restart-window", type=float, default=10.0)
+    parser.add_argument("command", nargs="+")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    sockets = systemd_listeners() or open_listeners(["127.0.0.1:0"])
+    serve = functools.partial(
+        serve_workers,
+        sockets=sockets,
+        workers=args.workers,
+        max_restarts=args.max_restarts,
+        restart_window=args.restart_window,
+    )
+    return trio_graceful.run(supervise, serve, args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
