@@ -21,7 +21,7 @@ from trio_graceful.workers import (
     serve_workers,
     systemd_listeners,
 )
-from trio_graceful.workers._process import TRANSITIONS, Worker, _Event
+from trio_graceful.workers._workerprocess import TRANSITIONS, Worker, _Event
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@
 This process is the supervisor (`trio_graceful.workers.serve_workers` under
 `trio_graceful.run`): it opens the sockets, or takes systemd's
 (``$LISTEN_FDS``), and never imports the app. Each worker is a fresh
-interpreter (``trio_graceful.asgi._worker``) that imports the app from the
+interpreter (``trio_graceful.asgi._workermain``) that imports the app from the
 current directory or ``--app-dir``, as uvicorn and Hypercorn do, and serves it
 with `serve_asgi` on the inherited sockets. SIGHUP reloads, SIGTTIN and
 SIGTTOU add and remove a worker, SIGTERM and SIGINT stop (exit status 0
@@ -34,7 +34,7 @@ from trio_graceful.workers import (
     systemd_listeners,
 )
 
-from ._worker import check_app_name
+from ._workermain import check_app_name
 
 LOG_FORMAT = "%(asctime)s [%(process)d] %(name)s %(levelname)s: %(message)s"
 EXIT_CODES = trio_graceful.ExitCodes(clean_signals={signal.SIGINT, signal.SIGTERM})
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = [
         sys.executable,
         "-m",
-        "trio_graceful.asgi._worker",
+        "trio_graceful.asgi._workermain",
         args.app,
         "--app-dir",
         os.path.abspath(args.app_dir),

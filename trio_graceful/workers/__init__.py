@@ -25,16 +25,16 @@ if TYPE_CHECKING:
         WorkerPoolStatistics as WorkerPoolStatistics,
         serve_workers as serve_workers,
     )
-    from ._process import (
-        WorkerInfo as WorkerInfo,
-        WorkerState as WorkerState,
-    )
     from ._sockets import (
         close_listeners as close_listeners,
         inherited_binds as inherited_binds,
         inherited_sockets as inherited_sockets,
         open_listeners as open_listeners,
         systemd_listeners as systemd_listeners,
+    )
+    from ._workerprocess import (
+        WorkerInfo as WorkerInfo,
+        WorkerState as WorkerState,
     )
 
 # Each name of the block above is loaded on first use (see trio_graceful._exports).

@@ -50,8 +50,8 @@ from .. import STOP, InboxReceiver, Lifecycle, LifecycleState, current_runner
 from .._core._log import plural
 from .._core._lowlevel import NoPublicConstructor
 from .._deploy._sdnotify import SystemdNotifier, notifier_from_environment
-from ._process import Worker, WorkerInfo, WorkerState, logger
 from ._sockets import FDS_VARIABLE, describe
+from ._workerprocess import Worker, WorkerInfo, WorkerState, logger
 
 DEFAULT_READY_TIMEOUT: Final = 30.0
 DEFAULT_MAX_RESTARTS: Final = 5

@@ -1,6 +1,6 @@
 """One worker of ``python -m trio_graceful.asgi``: the app, served on inherited sockets.
 
-Run by the supervisor as ``python -m trio_graceful.asgi._worker MODULE:APP
+Run by the supervisor as ``python -m trio_graceful.asgi._workermain MODULE:APP
 --app-dir DIR --grace S``. It imports the app, then serves it with
 `serve_asgi` on the sockets named by ``$TRIO_GRACEFUL_WORKER_FDS`` under
 `trio_graceful.run`, which says ``READY=1`` on the supervisor's
@@ -36,7 +36,7 @@ import trio_graceful
 from trio_graceful.workers import inherited_binds
 
 from .._deploy._sdnotify import SystemdNotifier, notifier_from_environment
-from ..workers._process import IN_FLIGHT_FIELD
+from ..workers._workerprocess import IN_FLIGHT_FIELD
 from ._server import AsgiServer, serve_asgi
 
 _APP = re.compile(r"[\w.]+:[\w.]+", re.ASCII)
@@ -68,7 +68,7 @@ def import_app(name: str, app_dir: str) -> object:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Import the app and serve it until SIGTERM; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m trio_graceful.asgi._worker")
+    parser = argparse.ArgumentParser(prog="python -m trio_graceful.asgi._workermain")
     parser.add_argument("app", type=check_app_name)
     parser.add_argument("--app-dir", default=".")
     parser.add_argument("--grace", type=float, default=10.0)
