@@ -2,7 +2,9 @@
 
 `serve_stdio` serves one over stdio: it exits on the first Ctrl+C or SIGTERM
 after finishing its calls, never waits for stdin, and keeps the threads and
-subprocesses of its tools under the runner's grace. Needs the ``mcp`` extra
+subprocesses of its tools under the runner's grace. `open_event_store` keeps
+the events of Streamable HTTP streams in SQLite or PostgreSQL, so that a
+client can resume a stream on another replica. Needs the ``mcp`` extra
 (``pip install "trio-graceful[mcp]"``). See the how-to "MCP servers".
 """
 
@@ -11,6 +13,11 @@ from typing import TYPE_CHECKING
 from .._exports import lazy_names as _lazy_names
 
 if TYPE_CHECKING:
+    from ._eventstore import (
+        EventStoreStatistics as EventStoreStatistics,
+        SharedEventStore as SharedEventStore,
+        open_event_store as open_event_store,
+    )
     from ._stdio import (
         EXIT_CODES as EXIT_CODES,
         serve_stdio as serve_stdio,
