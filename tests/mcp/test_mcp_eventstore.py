@@ -3,6 +3,7 @@ two replicas on one database, retention, bad arguments and outages."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sqlite3
@@ -284,3 +285,35 @@ async def test_a_postgresql_connection_that_broke_is_replaced(
         "event of stream 's' not stored, so it cannot be replayed: "
         "terminating connection due to administrator command"
     )
+
+
+@pytest.mark.realtime  # another process's lock, held for real time
+async def test_opening_a_new_file_waits_while_another_process_holds_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "events.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE t (x)")
+    # A reader of a file not yet in WAL mode: the store's change of journal
+    # mode waits for it (SQLite's busy handler, for up to ``timeout``).
+    other.execute("BEGIN")
+    other.execute("SELECT * FROM t").fetchall()
+    opened = trio.Event()
+
+    async def open_and_store() -> None:
+        async with open_event_store(f"sqlite:///{path}", timeout=30) as store:
+            opened.set()
+            await store.store_event("s", MESSAGES[0])
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(open_and_store)
+            await trio.sleep(0.3)
+            assert not opened.is_set()  # the journal mode waits for the reader
+            other.execute("COMMIT")
+            with trio.fail_after(60):
+                await opened.wait()
+        with contextlib.closing(sqlite3.connect(path)) as fresh:
+            assert fresh.execute("PRAGMA journal_mode").fetchall() == [("wal",)]
+    finally:
+        other.close()

@@ -112,6 +112,8 @@ class _SQLiteConnection:
             path, isolation_level=None, check_same_thread=False, timeout=timeout
         )
         try:
+            # With a busy timeout, even the change of journal mode waits for
+            # another process that opens or reads the new file at that moment.
             (mode,) = self._db.execute("PRAGMA journal_mode").fetchone()
             if mode != "wal":
                 self._db.execute("PRAGMA journal_mode=WAL")
