@@ -117,6 +117,10 @@ class _SQLiteConnection:
             (mode,) = self._db.execute("PRAGMA journal_mode").fetchone()
             if mode != "wal":
                 self._db.execute("PRAGMA journal_mode=WAL")
+            # A commit is not synced to the disk, only the checkpoints: a
+            # power cut may lose the last events (never corrupt the file),
+            # and each event costs no fsync.
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(
                 _SCHEMA.format(serial="INTEGER PRIMARY KEY AUTOINCREMENT", real="REAL")
             )
