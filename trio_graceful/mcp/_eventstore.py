@@ -18,10 +18,14 @@ each `SharedEventStore.store_event` before the next message of the stream,
 so one stream's rows commit in the order of their numbers.
 
 Every statement runs in a worker thread (the drivers block), one at a time
-on the store's one connection, held by a `threading.Lock` rather than a Trio
-lock so that a cancelled call may leave its thread behind at once: a second
-Ctrl+C does not wait for a database that does not answer. Each statement
-commits by itself (autocommit): none needs a transaction of its own.
+on the store's one connection. The store's own `trio.CapacityLimiter` of one
+thread lets them through, so that a busy store never takes the threads of
+the server's tools; a cancelled call leaves its thread behind at once (a
+second Ctrl+C does not wait for a database that does not answer), which
+keeps the limiter's token until its statement ends. Closing waits for that
+statement on a `threading.Lock`, in a thread of its own if need be. Each
+statement commits by itself (autocommit): none needs a transaction of its
+own.
 
 An outage (the database unreachable, locked past ``timeout`` or read-only)
 does not stop the server's messages: `SharedEventStore.store_event` logs a
@@ -210,8 +214,8 @@ class EventStoreStatistics:
     stored: int
     """Events written to the database (priming events included)."""
     not_stored: int
-    """Events not stored because the database was away; they went out live
-    and can never be replayed."""
+    """Events not stored because the database was away: sent if their stream
+    was open, never replayed."""
     replayed: int
     """Events sent again to clients that resumed a stream."""
     purged: int
@@ -233,7 +237,10 @@ class SharedEventStore(EventStore):
     _clock: Callable[[], float]
     _max_age: float
     _max_events: int | None
-    # Held by the thread that runs a statement; see the module docstring.
+    # See the module docstring: one thread at a time, and the closing waits.
+    _limiter: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(1), init=False
+    )
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _stored: int = attrs.field(default=0, init=False)
     _not_stored: int = attrs.field(default=0, init=False)
@@ -249,7 +256,7 @@ class SharedEventStore(EventStore):
 
     async def _run(self, fn: Callable[[], _T]) -> _T:
         return await trio.to_thread.run_sync(
-            self._run_locked(fn), abandon_on_cancel=True
+            self._run_locked(fn), abandon_on_cancel=True, limiter=self._limiter
         )
 
     async def store_event(
