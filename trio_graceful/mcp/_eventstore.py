@@ -214,8 +214,8 @@ class EventStoreStatistics:
     stored: int
     """Events written to the database (priming events included)."""
     not_stored: int
-    """Events not stored because the database was away: sent if their stream
-    was open, never replayed."""
+    """Events not stored because the database was away; each was sent if its
+    stream was open, and is never replayed."""
     replayed: int
     """Events sent again to clients that resumed a stream."""
     purged: int
