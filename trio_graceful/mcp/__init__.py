@@ -2,7 +2,10 @@
 
 `serve_stdio` serves one over stdio: it exits on the first Ctrl+C or SIGTERM
 after finishing its calls, never waits for stdin, and keeps the threads and
-subprocesses of its tools under the runner's grace. Needs the ``mcp`` extra
+subprocesses of its tools under the runner's grace. `streamable_http_app`
+serves one over Streamable HTTP with `trio_graceful.asgi.serve_asgi`: calls
+finish, event streams close with a reconnect hint, calls cut off get an
+answer. Needs the ``mcp`` extra
 (``pip install "trio-graceful[mcp]"``). See the how-to "MCP servers".
 """
 
@@ -11,6 +14,9 @@ from typing import TYPE_CHECKING
 from .._exports import lazy_names as _lazy_names
 
 if TYPE_CHECKING:
+    from ._http import (
+        streamable_http_app as streamable_http_app,
+    )
     from ._stdio import (
         EXIT_CODES as EXIT_CODES,
         serve_stdio as serve_stdio,

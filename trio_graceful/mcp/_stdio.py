@@ -107,7 +107,7 @@ forced one.
 """
 
 
-def _lowlevel(server: MCPServer | Server[Any]) -> Server[Any]:
+def lowlevel_server(server: MCPServer | Server[Any]) -> Server[Any]:
     if isinstance(server, MCPServer):
         # MCPServer has no public way to serve a pair of streams; the SDK's
         # own in-memory client reads this attribute too.
@@ -209,7 +209,7 @@ async def serve_stdio(
         RuntimeError: if not called from a task of `trio_graceful.run`.
         OSError: if stdin or stdout is not open.
     """
-    lowlevel = _lowlevel(server)
+    lowlevel = lowlevel_server(server)
     checked_fds = _check_fds(fds)
     runner = current_runner()
     atexit.unregister(gc.freeze)  # once, however many times it serves
