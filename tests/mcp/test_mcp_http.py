@@ -1,4 +1,4 @@
-"""trio_graceful.mcp.streamable_http_app: the example over HTTP, real processes and signals.
+"""The example MCP server over HTTP: real processes, signals and clients.
 
 The SDK's own client where the rule is about what a client sees
 (``streamable_http_client`` and ``ClientSession``), raw HTTP where it is
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -32,6 +33,7 @@ from tests.support.mcp_http import (
     tool_call,
 )
 from tests.support.processes import PATIENCE, refused
+from tests.support.workers import get_statusz
 
 pytestmark = [
     pytest.mark.realtime,
@@ -44,6 +46,7 @@ pytestmark = [
     ),
 ]
 
+HEALTH = r"health endpoint on port (\d+)"
 REFUSED = "server is shutting down; the request was not started"
 CANCELLED = "server is shutting down; the call was cancelled before it finished"
 
@@ -66,17 +69,22 @@ async def open_client(service: Service) -> AsyncIterator[ClientSession]:
         yield client
 
 
-async def wait_running(service: Service, count: int = 1) -> None:
-    """Wait until ``count`` calls run: the log names them at STOP, so poll the
-    server's statistics instead: each call's POST is a running request."""
-    # The SDK's session manager logs nothing per call; a short wait after
-    # the request went out is enough for the POST to be read (generous).
-    del service, count
-    await trio.sleep(0.5)
+async def wait_running(service: Service, tool: str) -> None:
+    """Wait until ``/statusz`` lists one call of ``tool``, and only it, in flight."""
+    health = int((await service.wait_for(HEALTH))[0].group(1))
+    with trio.fail_after(PATIENCE):
+        while True:
+            calls = (await get_statusz(health))["mcp calls at /mcp"]
+            assert isinstance(calls, list)
+            if [re.sub(r" \(id \d+\)$", "", str(call)) for call in calls] == [
+                f"tools/call {tool}"
+            ]:
+                return
+            await trio.sleep(0.05)
 
 
 async def test_calls_in_flight_finish_and_nothing_new_starts() -> None:
-    async with open_server("--grace", "20") as service:
+    async with open_server("--grace", "20", "--health-port", "0") as service:
         port = service.port
         async with open_raw_session(port) as raw:
             early = await raw.connect()  # accepted before STOP
@@ -85,10 +93,12 @@ async def test_calls_in_flight_finish_and_nothing_new_starts() -> None:
                 results: list[str] = []
 
                 async def call() -> None:
-                    results.append(text_of(await client.call_tool("sleep", {"seconds": 3.0})))
+                    results.append(
+                        text_of(await client.call_tool("sleep", {"seconds": 3.0}))
+                    )
 
                 nursery.start_soon(call)
-                await wait_running(service)
+                await wait_running(service, "sleep")
                 service.process.send_signal(signal.SIGTERM)
                 await service.wait_for(STOP_LINE)
                 # A new session, on a connection accepted before STOP: 503.
@@ -100,7 +110,9 @@ async def test_calls_in_flight_finish_and_nothing_new_starts() -> None:
                 assert reply.headers[b"retry-after"] == b"1"
                 # A new call in the open session: an error, at once.
                 reply = await (
-                    await raw.send("POST", tool_call(9, "echo", text="x"), stream=late_call)
+                    await raw.send(
+                        "POST", tool_call(9, "echo", text="x"), stream=late_call
+                    )
                 ).read()
                 assert reply.status == 200, reply
                 assert reply.headers[b"content-type"] == b"application/json"
@@ -117,7 +129,10 @@ async def test_calls_in_flight_finish_and_nothing_new_starts() -> None:
 
 
 async def test_a_call_cut_off_is_answered_before_its_stream_ends() -> None:
-    async with open_server("--grace", "2") as service, open_raw_session(service.port) as raw:
+    async with (
+        open_server("--grace", "2") as service,
+        open_raw_session(service.port) as raw,
+    ):
         call = await raw.send("POST", tool_call(5, "sleep", seconds=60))
         await call.read_headers()
         assert call.status == 200
@@ -135,7 +150,7 @@ async def test_a_call_cut_off_is_answered_before_its_stream_ends() -> None:
 
 
 async def test_a_blocking_call_sees_its_stop_flag() -> None:
-    async with open_server("--grace", "20") as service:
+    async with open_server("--grace", "20", "--health-port", "0") as service:
         async with open_client(service) as client, trio.open_nursery() as nursery:
             results: list[str] = []
 
@@ -144,7 +159,7 @@ async def test_a_blocking_call_sees_its_stop_flag() -> None:
                 results.append(text_of(result))
 
             nursery.start_soon(call)
-            await wait_running(service)
+            await wait_running(service, "blocking_sleep")
             started = time.monotonic()
             service.process.send_signal(signal.SIGTERM)
         assert results == ["stopped"]
@@ -153,7 +168,10 @@ async def test_a_blocking_call_sees_its_stop_flag() -> None:
 
 
 async def test_a_cancelled_call_is_cancelled_after_stop() -> None:
-    async with open_server("--grace", "60") as service, open_raw_session(service.port) as raw:
+    async with (
+        open_server("--grace", "60") as service,
+        open_raw_session(service.port) as raw,
+    ):
         later = await raw.connect()
         call = await raw.send("POST", tool_call(3, "sleep", seconds=60))
         await call.read_headers()
@@ -176,7 +194,10 @@ async def test_a_cancelled_call_is_cancelled_after_stop() -> None:
 
 
 async def test_the_event_stream_ends_at_once_with_a_retry_hint() -> None:
-    async with open_server("--grace", "60") as service, open_raw_session(service.port) as raw:
+    async with (
+        open_server("--grace", "60") as service,
+        open_raw_session(service.port) as raw,
+    ):
         stream = await raw.send("GET", headers={"Accept": "text/event-stream"})
         await stream.read_headers()
         assert stream.status == 200
@@ -191,7 +212,10 @@ async def test_the_event_stream_ends_at_once_with_a_retry_hint() -> None:
 
 
 async def test_a_second_signal_ends_the_server_at_once() -> None:
-    async with open_server("--grace", "60") as service, open_raw_session(service.port) as raw:
+    async with (
+        open_server("--grace", "60") as service,
+        open_raw_session(service.port) as raw,
+    ):
         call = await raw.send("POST", tool_call(5, "sleep", seconds=60))
         await call.read_headers()
         service.process.send_signal(signal.SIGTERM)

@@ -63,6 +63,7 @@ from .._core._checks import check_count, check_seconds
 from .._core._log import library_logger
 from .._core._openbundle import open_bundle
 from .._core._stop import STOP
+from .._run._program._runner import current_runner
 from ..asgi._drain import Drain, current_drain
 from ._calls import describe_call
 from ._handlers import HandlersInBundle, HandlerWatch, handler_watch
@@ -263,6 +264,11 @@ class _StreamSend:
 async def _stop_calls(drain: Drain, calls: Bundle) -> None:
     """At the server's STOP, pass it on to the calls' threads and inboxes."""
     await drain.stopped.wait()
+    names = sorted(task.name for task in calls.child_tasks)
+    logger.info(
+        "STOP: no new MCP work; %s",
+        f"calls in flight: {', '.join(names)}" if names else "no call in flight",
+    )
     await calls.shutdown(max(0.0, drain.deadline - trio.current_time()))
 
 
@@ -341,10 +347,22 @@ class _McpHttpApp:
             self._lowlevel.middleware.insert(0, middleware)
             nursery.start_soon(_stop_calls, drain, calls)
             try:
-                await self._sdk(scope, receive_until_shutdown, send)
+                with self._status_detail(calls):
+                    await self._sdk(scope, receive_until_shutdown, send)
             finally:
                 self._lowlevel.middleware.remove(middleware)
                 nursery.cancel_scope.cancel(reason="the lifespan has ended")
+
+    def _status_detail(self, calls: Bundle) -> contextlib.AbstractContextManager[None]:
+        """The calls in flight in the runner's ``/statusz``, if there is a runner."""
+        try:
+            runner = current_runner()
+        except RuntimeError:
+            return contextlib.nullcontext()
+        return runner.status_detail(
+            f"mcp calls at {self._path}",
+            lambda: sorted(task.name for task in calls.child_tasks),
+        )
 
     async def _end_sessions(self) -> None:
         """Terminate every session's transport: its streams refuse writes at once."""
