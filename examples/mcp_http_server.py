@@ -19,6 +19,10 @@ Try:
 * ``blocking_sleep`` of 30 s, then SIGTERM: the thread sees its stop flag
   and the call answers ``"stopped"``.
 * A second signal: the server exits at once.
+
+Under the worker supervisor: ``python -m trio_graceful.asgi
+mcp_http_server:app --app-dir examples --bind 127.0.0.1:8000`` (one worker:
+a session lives in one process).
 """
 
 from __future__ import annotations
@@ -37,12 +41,15 @@ import trio_graceful.asgi
 import trio_graceful.mcp
 
 
+# At import, for python -m trio_graceful.asgi mcp_http_server:app too.
+app = trio_graceful.mcp.streamable_http_app(build_server())
+
+
 async def serve(
     port: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve the app as a service; return at STOP, when the service drains."""
     runner = trio_graceful.current_runner()
-    app = trio_graceful.mcp.streamable_http_app(build_server())
     server = await runner.start_service(
         functools.partial(trio_graceful.asgi.serve_asgi, bind=f"127.0.0.1:{port}"),
         app,
