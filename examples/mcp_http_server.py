@@ -40,8 +40,9 @@ import trio_graceful
 import trio_graceful.asgi
 import trio_graceful.mcp
 
-
-# At import, for python -m trio_graceful.asgi mcp_http_server:app too.
+# At import, for python -m trio_graceful.asgi mcp_http_server:app too; the
+# log first: the SDK configures logging when a server is made, if nobody has.
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 app = trio_graceful.mcp.streamable_http_app(build_server())
 
 
@@ -67,9 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="the port (0: any)")
     trio_graceful.add_run_arguments(parser, grace=10.0)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
     return trio_graceful.run(
         serve,
         args.port,

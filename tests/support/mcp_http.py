@@ -86,6 +86,8 @@ class Exchange:
                     self.body += event.data
                 elif isinstance(event, h11.EndOfMessage):
                     self.complete = True
+        if self.complete:  # as a client does, done with the connection
+            await self.stream.aclose()
         return self
 
     async def read_headers(self) -> Exchange:

@@ -23,7 +23,8 @@ begun, and `_McpHttpApp`, an ASGI app around the SDK's, tells it:
    session's transport is terminated before the SDK cancels its sessions:
    the SDK then gives each handler still running a last write of one second
    (*shutdown error response … gave up: transport write blocked*), which a
-   terminated transport refuses at once instead.
+   terminated transport refuses at once instead. And the heap is frozen at
+   the interpreter's exit, as under `serve_stdio`.
 
 Each request that starts work has its handler run as a child of a bundle of
 the lifespan's, *MCP calls* (`HandlersInBundle`, as on stdio), which is shut
@@ -68,7 +69,7 @@ from ..asgi._drain import Drain, current_drain
 from ._calls import describe_call
 from ._handlers import HandlersInBundle, HandlerWatch, handler_watch
 from ._outgoing import CANCELLED, REFUSED, shutdown_error
-from ._stdio import NO_WORK, lowlevel_server
+from ._stdio import NO_WORK, freeze_heap_at_exit, lowlevel_server
 
 logger = library_logger("trio_graceful.mcp")
 
@@ -157,6 +158,7 @@ def streamable_http_app(
             f"retry_interval must be at least 0.001 seconds, not {retry_interval!r}"
         )
     check_count("retry_after", retry_after)
+    freeze_heap_at_exit()
     retry_ms = round(retry_interval * 1000)
     sdk_app = server.streamable_http_app(
         streamable_http_path=path, event_store=event_store, retry_interval=retry_ms

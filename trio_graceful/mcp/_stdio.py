@@ -120,6 +120,17 @@ def lowlevel_server(server: MCPServer | Server[Any]) -> Server[Any]:
     return server
 
 
+def freeze_heap_at_exit() -> None:
+    """Run `gc.freeze` at the interpreter's exit, once however often this is called.
+
+    The interpreter's last garbage collection would otherwise walk every
+    object the SDK and pydantic made: a good part of a second on a busy
+    machine, after the last answer has gone out (a second signal included).
+    """
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
+
+
 def _check_fds(fds: object) -> tuple[int, int] | None:
     if fds is None:
         return None
@@ -212,8 +223,7 @@ async def serve_stdio(
     lowlevel = lowlevel_server(server)
     checked_fds = _check_fds(fds)
     runner = current_runner()
-    atexit.unregister(gc.freeze)  # once, however many times it serves
-    atexit.register(gc.freeze)
+    freeze_heap_at_exit()
     _, inbox = runner.root.open_inbox()
     middleware = HandlersInBundle(runner.root)
     with contextlib.ExitStack() as stack:
