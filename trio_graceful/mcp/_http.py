@@ -105,7 +105,7 @@ def streamable_http_app(
     It is the SDK's own app (``server.streamable_http_app()``, at ``path``),
     with its sessions, security settings and routes, and these rules at STOP
     (and the drain delay before it, the health endpoint and the stop budget
-    as for any app `serve_asgi` serves):
+    as for any app `trio_graceful.asgi.serve_asgi` serves):
 
     * Nothing new starts. A POST that would open a session is answered
       ``503`` with ``Retry-After: retry_after`` (and once the listeners have
