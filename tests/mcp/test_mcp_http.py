@@ -14,6 +14,7 @@ import re
 import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import trio
@@ -47,6 +48,7 @@ pytestmark = [
 ]
 
 HEALTH = r"health endpoint on port (\d+)"
+WITHDRAWN = r"SIGTERM: not ready; serving [0-9.]+ s more \(drain delay\)"
 REFUSED = "server is shutting down; the request was not started"
 CANCELLED = "server is shutting down; the call was cancelled before it finished"
 
@@ -207,8 +209,44 @@ async def test_the_event_stream_ends_at_once_with_a_retry_hint() -> None:
             await stream.read()
         assert stream.complete
         assert events(stream.body)[-1] == {"retry": "1000"}
-        # A new stream after STOP: 503.
         service.check_graceful_exit(await service.exit_status())
+
+
+async def test_an_event_stream_asked_for_after_stop_is_refused() -> None:
+    async with (
+        open_server("--grace", "60") as service,
+        open_raw_session(service.port) as raw,
+    ):
+        later = await raw.connect()
+        call = await raw.send("POST", tool_call(5, "sleep", seconds=2))
+        await call.read_headers()  # keeps the server draining
+        service.process.send_signal(signal.SIGTERM)
+        await service.wait_for(STOP_LINE)
+        headers = {"Accept": "text/event-stream"}
+        stream = await (await raw.send("GET", headers=headers, stream=later)).read()
+        assert (stream.status, stream.headers[b"retry-after"]) == (503, b"1")
+        await call.read()
+        assert messages(call.body)[-1]["result"]["content"][0]["text"] == "slept 2.0"
+        service.check_graceful_exit(await service.exit_status())
+
+
+async def test_a_client_resumes_a_call_with_last_event_id() -> None:
+    program = Path(__file__).parents[1] / "support" / "mcp_http_resumable.py"
+    async with (
+        open_server("--grace", "60", program=program) as service,
+        open_raw_session(service.port) as raw,
+    ):
+        call = await raw.send("POST", tool_call(5, "sleep", seconds=1))
+        await call.read(until=b"\r\n\r\n")
+        (priming,) = events(call.body)  # its id, no data, and the retry hint
+        assert priming == {"id": priming["id"], "data": "", "retry": "1000"}
+        await call.stream.aclose()  # the client lost its connection
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": priming["id"]}
+        resumed = await raw.send("GET", headers=headers)
+        await resumed.read(until=b'"result"')
+        (answer,) = messages(resumed.body)
+        assert answer["id"] == 5
+        assert answer["result"]["content"][0]["text"] == "slept 1.0"
 
 
 async def test_a_second_signal_ends_the_server_at_once() -> None:
@@ -229,3 +267,19 @@ async def test_a_second_signal_ends_the_server_at_once() -> None:
         # rule is 0.5 s, with room here for a loaded machine.
         assert took < 1.0, took
         assert "gave up: transport write blocked" not in service.log()
+
+
+async def test_during_the_drain_delay_everything_is_served() -> None:
+    async with open_server(
+        "--grace", "20", "--drain-delay", "60", "--health-port", "0"
+    ) as service:
+        health = int((await service.wait_for(HEALTH))[0].group(1))
+        service.process.send_signal(signal.SIGTERM)
+        await service.wait_for(WITHDRAWN)
+        assert (await get_statusz(health))["ready"] is False
+        # Not ready, and still serving: a new session, a new call.
+        async with open_raw_session(service.port) as raw:
+            call = await (await raw.send("POST", tool_call(1, "echo", text="x"))).read()
+            assert messages(call.body)[-1]["result"]["content"][0]["text"] == "x"
+        service.process.send_signal(signal.SIGTERM)  # the second ends it
+        assert await service.exit_status() == 128 + signal.SIGTERM
