@@ -12,6 +12,7 @@ import contextlib
 import json
 import re
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.support.asgi_process import Service
+from tests.support.examples import EXAMPLES
 from tests.support.mcp_http import (
     STOP_LINE,
     RawSession,
@@ -34,7 +36,7 @@ from tests.support.mcp_http import (
     tool_call,
 )
 from tests.support.processes import PATIENCE, refused
-from tests.support.workers import get_statusz
+from tests.support.workers import get_statusz, open_supervisor
 
 pytestmark = [
     pytest.mark.realtime,
@@ -283,3 +285,22 @@ async def test_during_the_drain_delay_everything_is_served() -> None:
             assert messages(call.body)[-1]["result"]["content"][0]["text"] == "x"
         service.process.send_signal(signal.SIGTERM)  # the second ends it
         assert await service.exit_status() == 128 + signal.SIGTERM
+
+
+async def test_under_the_worker_supervisor_a_call_in_flight_finishes() -> None:
+    command = [
+        sys.executable,
+        *("-m", "trio_graceful.asgi", "mcp_http_server:app"),
+        *("--app-dir", str(EXAMPLES), "--bind", "127.0.0.1:0", "--grace", "20"),
+    ]
+    async with (
+        open_supervisor(command, workers=1) as supervisor,
+        open_raw_session(supervisor.port) as raw,
+    ):
+        call = await raw.send("POST", tool_call(5, "sleep", seconds=1))
+        await call.read_headers()
+        supervisor.signal(signal.SIGTERM)
+        await call.read()
+        assert call.complete
+        assert messages(call.body)[-1]["result"]["content"][0]["text"] == "slept 1.0"
+        assert await supervisor.exit_status() == 0, supervisor.log()

@@ -61,6 +61,7 @@ from mcp_types import (
 
 from .._core._bundle import Bundle
 from .._core._checks import check_count, check_seconds
+from .._core._groups import is_cancellation
 from .._core._log import library_logger
 from .._core._openbundle import open_bundle
 from .._core._stop import STOP
@@ -227,8 +228,10 @@ def _parse(body: bytes) -> JSONRPCMessage | None:
 def _answers(chunk: bytes, request_id: RequestId) -> bool:
     """Whether an event-stream chunk carries the answer to ``request_id``."""
     for line in chunk.splitlines():
-        if not line.startswith(b"data:"):
-            continue
+        if not line.startswith(b"data:") or not (
+            b'"result"' in line or b'"error"' in line
+        ):
+            continue  # not an answer: a notification, the priming event
         message = _parse(line[5:].strip())
         if (
             isinstance(message, JSONRPCResponse | JSONRPCError)
@@ -334,7 +337,7 @@ class _McpHttpApp:
         async def receive_until_shutdown() -> Message:
             try:
                 message = await receive()
-            except BaseException:  # cancelled: the hard cancel
+            except BaseException:  # cancelled (the hard cancel): they end now
                 await self._end_sessions()
                 raise
             if message["type"] == "lifespan.shutdown":
@@ -424,8 +427,14 @@ class _McpHttpApp:
         token = handler_watch.set(watch)
         try:
             await self._sdk(scope, receive, stream)
-        except BaseException:
-            if drain.stopped.is_set() and stream.started and not stream.answered:
+        except BaseException as exc:
+            # Cancelled after STOP: the cut-off, or the hard cancel.
+            if (
+                is_cancellation(exc)
+                and drain.stopped.is_set()
+                and stream.started
+                and not stream.answered
+            ):
                 await self._cut(drain, request, watch, send)
             raise
         finally:
