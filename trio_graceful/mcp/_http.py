@@ -95,7 +95,8 @@ def streamable_http_app(
     """Return an ASGI app that serves ``server`` over Streamable HTTP and stops well.
 
     Serve it with `trio_graceful.asgi.serve_asgi` under `trio_graceful.run`
-    (or ``python -m trio_graceful.asgi MODULE:APP``, one process or several)::
+    (or ``python -m trio_graceful.asgi MODULE:APP``, with one worker: a
+    session lives in one process)::
 
         app = trio_graceful.mcp.streamable_http_app(server)
         await runner.start_service(
@@ -131,7 +132,13 @@ def streamable_http_app(
     bundle, *MCP calls*, named after the call, as under `serve_stdio`: a
     tool may call `trio_graceful.run_in_thread`, whose thread gets its stop
     flag at the server's STOP, or open an inbox on
-    ``trio_graceful.current_bundle()`` to get STOP itself.
+    ``trio_graceful.current_bundle()`` to get STOP itself. The calls in
+    flight are listed in the runner's ``/statusz`` (``"mcp calls at
+    /mcp"``) and named in the ``trio_graceful.mcp`` log at STOP.
+
+    The app must be served by `trio_graceful.asgi.serve_asgi`, whose drain
+    it reads, and its lifespan may run once (the SDK's session manager runs
+    once). Making it is not a checkpoint.
 
     Args:
         server (mcp.server.mcpserver.MCPServer or mcp.server.lowlevel.Server):
