@@ -33,6 +33,7 @@ from mcp_types import CONNECTION_CLOSED
 
 from .._core._bundle import Bundle
 from ._calls import describe_call
+from ._outgoing import REFUSED
 
 
 @final
@@ -88,6 +89,10 @@ class HandlersInBundle:
         if ctx.request_id is None or ctx.method in self.inline:
             return await call_next(ctx)
         name = describe_call(ctx.method, ctx.params, ctx.request_id)
+        if self.bundle.closed:
+            # Its shutdown ended before the handler could start: the request
+            # came with STOP.
+            raise MCPError(CONNECTION_CLOSED, REFUSED)
         outcome = _Outcome()
         done = trio.Event()
         scope = trio.CancelScope()
