@@ -91,8 +91,6 @@ async def test_calls_in_flight_finish_and_nothing_new_starts() -> None:
     async with open_server("--grace", "20", "--health-port", "0") as service:
         port = service.port
         async with open_raw_session(port) as raw:
-            early = await raw.connect()  # accepted before STOP
-            late_call = await raw.connect()
             async with open_client(service) as client, trio.open_nursery() as nursery:
                 results: list[str] = []
 
@@ -103,6 +101,9 @@ async def test_calls_in_flight_finish_and_nothing_new_starts() -> None:
 
                 nursery.start_soon(call)
                 await wait_running(service, "sleep")
+                # Accepted before STOP, used after it: within the second a
+                # drain gives an idle connection for its next request.
+                early, late_call = await raw.connect(), await raw.connect()
                 service.process.send_signal(signal.SIGTERM)
                 await service.wait_for(STOP_LINE)
                 # A new session, on a connection accepted before STOP: 503.
@@ -176,9 +177,9 @@ async def test_a_cancelled_call_is_cancelled_after_stop() -> None:
         open_server("--grace", "60") as service,
         open_raw_session(service.port) as raw,
     ):
-        later = await raw.connect()
         call = await raw.send("POST", tool_call(3, "sleep", seconds=60))
         await call.read_headers()
+        later = await raw.connect()  # used within the drain's second
         service.process.send_signal(signal.SIGTERM)
         await service.wait_for(STOP_LINE)
         cancel = {
@@ -219,9 +220,9 @@ async def test_an_event_stream_asked_for_after_stop_is_refused() -> None:
         open_server("--grace", "60") as service,
         open_raw_session(service.port) as raw,
     ):
-        later = await raw.connect()
         call = await raw.send("POST", tool_call(5, "sleep", seconds=2))
         await call.read_headers()  # keeps the server draining
+        later = await raw.connect()  # used within the drain's second
         service.process.send_signal(signal.SIGTERM)
         await service.wait_for(STOP_LINE)
         headers = {"Accept": "text/event-stream"}
