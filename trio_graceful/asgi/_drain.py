@@ -3,7 +3,8 @@
 `serve_asgi` makes one `Drain` per server and puts it in a context variable
 that every connection, and so every request task, inherits (Starlette's and
 Quart-Trio's tasks inherit the request task's context too, and so do the
-threads Trio starts for sync endpoints). The functions here read it:
+threads Trio starts for sync endpoints), and so does the app's lifespan,
+whose tasks may wait for STOP too. The functions here read it:
 `stop_received` to check, `wait_stop` to wait, `until_stop` as the idle
 point of a stream or a WebSocket loop, `stop_deadline` for the time left and
 `current_stop_flag` for a thread.

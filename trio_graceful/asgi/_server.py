@@ -208,8 +208,9 @@ async def _serve(
         with _one_error():
             async with trio.open_nursery() as nursery:
                 lifespan = AppLifespan(state)
-                await lifespan.start(nursery)
+                # Before the lifespan: its tasks may wait for STOP too.
                 enter_drain(state.drain)
+                await lifespan.start(nursery)
                 async with open_bundle(name="connections") as connections:
                     for listener, url in zip(listeners, server.urls, strict=True):
                         connections.start_soon(

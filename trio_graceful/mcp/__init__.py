@@ -2,9 +2,12 @@
 
 `serve_stdio` serves one over stdio: it exits on the first Ctrl+C or SIGTERM
 after finishing its calls, never waits for stdin, and keeps the threads and
-subprocesses of its tools under the runner's grace. `open_event_store` keeps
-the events of Streamable HTTP streams in SQLite or PostgreSQL, so that a
-client can resume a stream on another replica. Needs the ``mcp`` extra
+subprocesses of its tools under the runner's grace. `streamable_http_app`
+serves one over Streamable HTTP with `trio_graceful.asgi.serve_asgi`: calls
+finish, event streams close with a reconnect hint, calls cut off get an
+answer. `open_event_store` keeps the events of those streams in SQLite or
+PostgreSQL, so that a client can resume a stream on another replica. Needs
+the ``mcp`` extra
 (``pip install "trio-graceful[mcp]"``). See the how-to "MCP servers".
 """
 
@@ -17,6 +20,9 @@ if TYPE_CHECKING:
         EventStoreStatistics as EventStoreStatistics,
         SharedEventStore as SharedEventStore,
         open_event_store as open_event_store,
+    )
+    from ._http import (
+        streamable_http_app as streamable_http_app,
     )
     from ._stdio import (
         EXIT_CODES as EXIT_CODES,

@@ -107,7 +107,7 @@ forced one.
 """
 
 
-def _lowlevel(server: MCPServer | Server[Any]) -> Server[Any]:
+def lowlevel_server(server: MCPServer | Server[Any]) -> Server[Any]:
     if isinstance(server, MCPServer):
         # MCPServer has no public way to serve a pair of streams; the SDK's
         # own in-memory client reads this attribute too.
@@ -118,6 +118,17 @@ def _lowlevel(server: MCPServer | Server[Any]) -> Server[Any]:
             f"server must be an mcp MCPServer or a low-level mcp Server, not {server!r}"
         )
     return server
+
+
+def freeze_heap_at_exit() -> None:
+    """Run `gc.freeze` at the interpreter's exit, once however often this is called.
+
+    The interpreter's last garbage collection would otherwise walk every
+    object the SDK and pydantic made: a good part of a second on a busy
+    machine, after the last answer has gone out (a second signal included).
+    """
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 def _check_fds(fds: object) -> tuple[int, int] | None:
@@ -209,11 +220,10 @@ async def serve_stdio(
         RuntimeError: if not called from a task of `trio_graceful.run`.
         OSError: if stdin or stdout is not open.
     """
-    lowlevel = _lowlevel(server)
+    lowlevel = lowlevel_server(server)
     checked_fds = _check_fds(fds)
     runner = current_runner()
-    atexit.unregister(gc.freeze)  # once, however many times it serves
-    atexit.register(gc.freeze)
+    freeze_heap_at_exit()
     _, inbox = runner.root.open_inbox()
     middleware = HandlersInBundle(runner.root)
     with contextlib.ExitStack() as stack:
