@@ -98,6 +98,7 @@ async def watch_supervisor(
     and drains within its grace. Returns at STOP. This is a checkpoint.
 
     Raises:
+        RuntimeError: if not run under `trio_graceful.run`.
         LookupError: if this process was not started by `serve_workers`;
             then it is raised before ``task_status.started``.
         ValueError: as `inherited_lifeline`.
