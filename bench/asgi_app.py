@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import sys
 import time
 
@@ -51,7 +52,8 @@ async def cpu(request: Request) -> Response:
     end = time.thread_time() + int(ms) / 1000
     while time.thread_time() < end:
         pass
-    return JSONResponse({"ms": int(ms)})
+    # The process that answered, for the share of each worker.
+    return JSONResponse({"ms": int(ms)}, headers={"x-pid": str(os.getpid())})
 
 
 app = Starlette(routes=[Route("/work", work), Route("/cpu", cpu)])

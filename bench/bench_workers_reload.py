@@ -20,11 +20,17 @@ client may send them again). For trio_graceful, each reload's duration comes
 from its log (``reload N started`` to ``reload N done``).
 
 **Throughput.** 32 keep-alive clients send ``GET /cpu?ms=1`` (1 ms of CPU
-each), 8 pipelined at a time, for `THROUGHPUT_S` seconds, after a warm-up, to the
-server with 1 worker, then 2: requests per second, and the CPU time the
-server's main process (the supervisor) spent meanwhile, per 1000 requests,
-from ``/proc/PID/stat``. The clients run on the same machine, and take CPU
-from the workers.
+each), 8 pipelined at a time, for `THROUGHPUT_S` seconds, after a warm-up,
+to the server with 1 worker, with 2, and with 2 again with the connections
+opened at once (a *burst*; otherwise 20 ms apart). Counted: requests per
+second; each worker's part of the answers (the app's ``x-pid`` header);
+the CPU time of the whole server (its main process and its workers) per
+request, and of its main process (the supervisor) per second, from
+``/proc/PID/stat``. The clients run on the same machine, and take CPU from
+the workers. A full run goes `ROUNDS` times round the servers, so that a
+change in the machine's load falls on all of them alike, and reports
+medians with their ranges; the ratio of 2 workers to 1 is taken within
+each round.
 
 Gunicorn with uvicorn-worker and Granian are not the project's
 dependencies: install them in a venv of the bench's own that also sees the
@@ -37,16 +43,20 @@ project's, and name its interpreter with ``--peers-python``::
 
 Run ``python bench/bench_workers_reload.py [--quick] [--clients 40,200]
 [--servers trio_graceful,uvicorn,gunicorn,hypercorn,granian]
-[--peers-python PATH] [--output FILE]``; it prints one line per run and
-writes the results as JSON (``bench/results/workers_reload.json`` by
-default) and as a table (the same name, ``.rst``). ``--quick`` is 8
-clients, two reloads and a one-second throughput, trio_graceful only.
+[--peers-python PATH] [--rounds 3] [--output FILE]``; it prints one line
+per run and writes the results as JSON
+(``bench/results/workers_reload.json`` by default) and as tables (the same
+name, ``.rst``). ``--quick`` is 8 clients, two reloads and one round of
+one-second throughput, trio_graceful only. ``bench/run_all.py`` runs it
+too (``workers_reload``), with the servers this interpreter has.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
+import functools
 import itertools
 import json
 import os
@@ -54,11 +64,13 @@ import random
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import _common
 import trio
 from _asgi_clients import BENCH, ClientConnection, Stale
 from _common import load_average
@@ -74,6 +86,10 @@ THROUGHPUT_S = 8.0
 WARM_UP_S = 2.0
 CPU_MS = 1
 RESULTS = BENCH / "results" / "workers_reload.json"
+ROUNDS = 3
+"""Throughput rounds of a full run: each server with 1 worker, 2, and 2 in a burst."""
+SCALING_GOAL = 1.8
+"""Requests per second of 2 workers over 1 that the issue asks of trio_graceful."""
 
 COMMANDS = {
     "trio_graceful": (
@@ -239,19 +255,22 @@ PIPELINE_DEPTH = 8
 shrinks, and leaves the CPU to the workers."""
 
 
-async def cpu_client(port: int, counts: list[int], index: int) -> None:
-    """Send ``GET /cpu`` in pipelined batches; count the answers in ``counts[index]``.
+async def cpu_client(port: int, counts: collections.Counter[str]) -> None:
+    """Send ``GET /cpu`` in pipelined batches; count the answers in ``counts``,
+    by the process that answered (the ``x-pid`` header).
 
     A connection the server closes (Hypercorn does after 1000 requests) is
     opened again.
     """
     while True:
         async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
-            while await _cpu_batch(stream, counts, index):
+            while await _cpu_batch(stream, counts):
                 pass
 
 
-async def _cpu_batch(stream: trio.SocketStream, counts: list[int], index: int) -> bool:
+async def _cpu_batch(
+    stream: trio.SocketStream, counts: collections.Counter[str]
+) -> bool:
     await stream.send_all(CPU_REQUEST * PIPELINE_DEPTH)
     buffer = b""
     waiting = PIPELINE_DEPTH
@@ -264,7 +283,8 @@ async def _cpu_batch(stream: trio.SocketStream, counts: list[int], index: int) -
                 assert head.startswith(b"HTTP/1.1 200"), head
                 buffer = rest[size:]
                 waiting -= 1
-                counts[index] += 1
+                pid = re.search(rb"(?i)x-pid: *(\d+)", head)
+                counts[pid.group(1).decode() if pid else ""] += 1
                 if re.search(rb"(?i)connection: *close", head):
                     return False
                 continue
@@ -282,12 +302,32 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> dict[int, float]:
+    """The CPU time of ``pid`` and of each of its children (the workers), by pid."""
+    pids = [pid]
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue  # ended meanwhile
+        if stat and int(stat.rpartition(")")[2].split()[1]) == pid:
+            pids.append(int(entry))
+    times: dict[int, float] = {}
+    for member in pids:
+        try:
+            times[member] = cpu_seconds(member)
+        except OSError:
+            continue
+    return times
+
+
 async def throughput(
-    kind: str, python: str, workers: int, seconds: float
+    kind: str, python: str, workers: int, seconds: float, *, burst: bool = False
 ) -> dict[str, object]:
+    """Serve the CPU clients for ``seconds``; with ``burst``, all connected at once."""
     port = free_port()
     command = command_line(kind, python, port, workers)
-    counts = [0] * THROUGHPUT_CLIENTS
+    counts: collections.Counter[str] = collections.Counter()
     with trio.fail_after(TIMEOUT):
         async with running(
             kind,
@@ -298,27 +338,44 @@ async def throughput(
         ) as server:
             await wait_serving(port)
             async with trio.open_nursery() as nursery:
-                for index in range(THROUGHPUT_CLIENTS):
-                    nursery.start_soon(cpu_client, port, counts, index)
-                    # A burst of connections all goes to the worker that
-                    # wakes first, and keep-alive keeps them there.
-                    await trio.sleep(CONNECT_EVERY)
+                for _ in range(THROUGHPUT_CLIENTS):
+                    nursery.start_soon(cpu_client, port, counts)
+                    # Spread in time, each worker that is idle may take some;
+                    # a burst shows whether one worker takes it all.
+                    await trio.sleep(0 if burst else CONNECT_EVERY)
                 await trio.sleep(min(WARM_UP_S, seconds))
-                before, cpu_before = sum(counts), cpu_seconds(server.process.pid)
+                before, cpu_before = counts.copy(), tree_cpu_seconds(server.process.pid)
                 started = trio.current_time()
                 await trio.sleep(seconds)
-                answered = sum(counts) - before
+                by_worker = counts - before
+                answered = by_worker.total()
                 elapsed = trio.current_time() - started
-                supervisor = cpu_seconds(server.process.pid) - cpu_before
+                cpu_after = tree_cpu_seconds(server.process.pid)
+                used = {
+                    pid: cpu_after[pid] - cpu_before[pid]
+                    for pid in cpu_after.keys() & cpu_before.keys()
+                }
+                supervisor = used.get(server.process.pid, 0.0)
                 nursery.cancel_scope.cancel()
             server.process.send_signal(signal.SIGTERM)
             await server.process.wait()
     return {
         "server": kind,
         "workers": workers,
+        "burst": burst,
         "requests": answered,
         "per_second": round(answered / elapsed, 1),
+        # Each worker's part of the answers, largest first.
+        "worker_shares": [
+            round(n / max(answered, 1), 3) for _, n in by_worker.most_common()
+        ],
         "supervisor_cpu_ms_per_1000": round(supervisor * 1e6 / max(answered, 1), 2),
+        # The whole server (its main process and its workers): what a request
+        # costs, and how many of the cores it got.
+        "server_cpu_ms_per_request": round(
+            sum(used.values()) * 1e3 / max(answered, 1), 3
+        ),
+        "server_cores": round(sum(used.values()) / elapsed, 2),
         "supervisor_cpu_ms_per_s": round(supervisor * 1e3 / elapsed, 2),
         "load_average": load_average(),
     }
@@ -338,6 +395,14 @@ def version(kind: str, python: str) -> str | None:
 
 def render(results: dict[str, Any]) -> str:
     """The results as reStructuredText tables, for docs/performance.rst."""
+    return "\n".join(
+        _table(tuple(table.columns), [tuple(row) for row in table.rows])
+        for table in tables(results)
+    )
+
+
+def tables(results: dict[str, Any]) -> list[_common.Table]:
+    """The reload table and the throughput table (medians of the rounds)."""
     versions = results["versions"]
 
     def name(kind: str) -> str:
@@ -347,38 +412,127 @@ def render(results: dict[str, Any]) -> str:
     for row in results["reloads"]:
         seconds = row["reload_s"]
         reload_rows.append(
-            (
+            [
                 name(row["server"]),
                 str(row["clients"]),
                 f"{row['answered']:,}",
                 *(str(row[key]) for key in ("dropped", "refused", "reset", "not_200")),
                 f"{min(seconds):g}-{max(seconds):g}" if seconds else "",
-            )
+            ]
         )
-    by_server: dict[str, dict[int, dict[str, Any]]] = {}
-    for row in results["throughput"]:
-        by_server.setdefault(row["server"], {})[row["workers"]] = row
     throughput_rows = []
-    for kind, runs in by_server.items():
-        one, two = runs.get(1), runs.get(2)
+    for kind, runs in _throughput_runs(results).items():
+        one, two, burst = runs["1"], runs["2"], runs["2 burst"]
         throughput_rows.append(
-            (
+            [
                 name(kind),
-                f"{one['per_second']:,}" if one else "",
-                f"{two['per_second']:,}" if two else "",
-                f"{two['per_second'] / one['per_second']:.2f}x"
-                if one and two and one["per_second"]
-                else "",
-                str(two["supervisor_cpu_ms_per_1000"]) if two else "",
+                _spread([row["per_second"] for row in one], "{:,.0f}"),
+                _spread([row["per_second"] for row in two], "{:,.0f}"),
+                _spread(_ratios(one, two), "{:.2f}x"),
+                _spread([row["per_second"] for row in burst], "{:,.0f}"),
+                _spread([_busiest(row) for row in two], "{:.0%}")
+                + " / "
+                + _spread([_busiest(row) for row in burst], "{:.0%}"),
+                _spread([row["server_cpu_ms_per_request"] for row in one], "{:.2f}")
+                + " / "
+                + _spread([row["server_cpu_ms_per_request"] for row in two], "{:.2f}"),
+                _spread([row["supervisor_cpu_ms_per_s"] for row in two], "{:g}"),
+            ]
+        )
+    rounds = results.get("rounds", 1)
+    return [
+        _common.Table(
+            title="Reloads of two worker processes",
+            columns=[
+                *("Server, 2 workers", "clients", "answered", "dropped"),
+                *("refused", "reset", "non-200", "reload s"),
+            ],
+            rows=reload_rows,
+        ),
+        _common.Table(
+            title=f"Requests per second, GET /cpu ({CPU_MS} ms of CPU)",
+            columns=[
+                f"Server, GET /cpu ({CPU_MS} ms of CPU)",
+                "req/s, 1 worker",
+                "req/s, 2 workers",
+                "2 / 1",
+                "2 workers, burst",
+                "busiest worker",
+                "server CPU ms / req",
+                "supervisor CPU ms / s",
+            ],
+            rows=throughput_rows,
+            notes=[
+                f"Medians of {_common.plural(rounds, 'round')}, run in turn, the "
+                "range in parentheses; 2 / 1 is the ratio within each round. "
+                "Burst: the 32 connections opened at once. Busiest worker: its "
+                "part of the answers with 2 workers (connections spread / "
+                "burst). Server CPU: the main process and its workers, per "
+                "request (1 worker / 2 workers)."
+            ],
+        ),
+    ]
+
+
+def goals(results: dict[str, Any]) -> list[_common.Goal]:
+    """trio_graceful: nothing lost at a reload; two workers serve 1.8x one."""
+    ours = [row for row in results["reloads"] if row["server"] == "trio_graceful"]
+    lost = {
+        key: sum(row[key] for row in ours)
+        for key in ("dropped", "refused", "reset", "not_200")
+    }
+    runs = _throughput_runs(results).get("trio_graceful")
+    result = [
+        _common.Goal(
+            item=f"11. reloads of 2 workers, {_common.plural(len(ours), 'run')}: "
+            "dropped, refused, reset, non-200",
+            target="0/0/0/0",
+            measured="/".join(str(n) for n in lost.values()),
+            met=bool(ours) and not any(lost.values()),
+        )
+    ]
+    if runs:
+        ratios = _ratios(runs["1"], runs["2"])
+        result.append(
+            _common.Goal(
+                item=f"11. requests/s of 2 workers over 1, GET /cpu ({CPU_MS} ms "
+                "of CPU), median of the rounds",
+                target=f"≥ {SCALING_GOAL:.2f}x",
+                measured=_spread(ratios, "{:.2f}x"),
+                met=statistics.median(ratios) >= SCALING_GOAL,
             )
         )
-    reload_header = ("Server, 2 workers", "clients", "answered", "dropped")
-    reload_header += ("refused", "reset", "non-200", "reload s")
-    throughput_header = (f"Server, GET /cpu ({CPU_MS} ms of CPU)", "req/s, 1 worker")
-    throughput_header += ("req/s, 2 workers", "2 / 1", "supervisor CPU ms / 1000 req")
-    return "\n".join(
-        [_table(reload_header, reload_rows), _table(throughput_header, throughput_rows)]
-    )
+    return result
+
+
+def _throughput_runs(results: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
+    """Server -> ``"1"``, ``"2"``, ``"2 burst"`` -> its rows, in round order."""
+    runs: dict[str, dict[str, list[Any]]] = {}
+    for row in results["throughput"]:
+        key = f"{row['workers']}{' burst' if row.get('burst') else ''}"
+        server = runs.setdefault(row["server"], {"1": [], "2": [], "2 burst": []})
+        server[key].append(row)
+    return runs
+
+
+def _ratios(one: list[dict[str, Any]], two: list[dict[str, Any]]) -> list[float]:
+    """2 workers over 1, round by round."""
+    pairs = zip(one, two, strict=True)
+    return [b["per_second"] / a["per_second"] for a, b in pairs if a["per_second"]]
+
+
+def _busiest(row: dict[str, Any]) -> float:
+    shares = row.get("worker_shares") or [0.0]
+    return float(shares[0])
+
+
+def _spread(values: list[float], form: str) -> str:
+    """The median, and the range if the values differ: ``1,031 (980-1,100)``."""
+    if not values:
+        return ""
+    median = form.format(statistics.median(values))
+    low, high = form.format(min(values)), form.format(max(values))
+    return median if low == high else f"{median} ({low}-{high})"
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
@@ -410,45 +564,85 @@ def reload_durations(lines: list[str]) -> list[float]:
     return durations
 
 
+def run(
+    *,
+    quick: bool = False,
+    clients: list[int] | None = None,
+    servers: list[str] | None = None,
+    peers_python: str = sys.executable,
+    rounds: int | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark; return its results as a JSON-ready dict.
+
+    Servers that are not installed (for ``peers_python`` if they are
+    `PEERS`, for this interpreter otherwise) are left out, and named in
+    ``missing``. The throughput runs go round by round, each server with 1
+    worker, 2, and 2 with a burst of connections, so that a change in the
+    machine's load falls on all of them alike.
+    """
+    clients = [8] if quick else clients or [40, 200]
+    servers = ["trio_graceful"] if quick else servers or list(COMMANDS)
+    reloads = 2 if quick else 5
+    seconds = 1.0 if quick else THROUGHPUT_S
+    rounds = 1 if quick else rounds or ROUNDS
+    pythons = {
+        kind: peers_python if kind in PEERS else sys.executable for kind in servers
+    }
+    found = {kind: version(kind, python) for kind, python in pythons.items()}
+    versions = {kind: found for kind, found in found.items() if found is not None}
+    results: dict[str, Any] = {
+        "schema": 1,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "mode": "quick" if quick else "full",
+        "machine": {"logical_cpus": os.cpu_count(), "load_average": load_average()},
+        "versions": versions,
+        "missing": [kind for kind in servers if kind not in versions],
+        "rounds": rounds,
+        "reloads": [],
+        "throughput": [],
+    }
+    for count in clients:
+        for kind in versions:
+            row = trio.run(measure, kind, pythons[kind], count, reloads)
+            print(row, file=sys.stderr, flush=True)
+            results["reloads"].append(row)
+    for number in range(rounds):
+        for kind in versions:
+            for workers, burst in ((1, False), (2, False), (2, True)):
+                row = trio.run(
+                    functools.partial(throughput, burst=burst),
+                    kind,
+                    pythons[kind],
+                    workers,
+                    seconds,
+                )
+                row["round"] = number
+                print(row, file=sys.stderr, flush=True)
+                results["throughput"].append(row)
+    results["machine"]["load_average_after"] = load_average()
+    return results
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--clients", default="40,200")
     parser.add_argument("--servers", default=",".join(COMMANDS))
     parser.add_argument("--peers-python", default=sys.executable)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    clients = [8] if args.quick else [int(n) for n in args.clients.split(",")]
-    servers = ["trio_graceful"] if args.quick else args.servers.split(",")
-    reloads = 2 if args.quick else 5
-    seconds = 1.0 if args.quick else THROUGHPUT_S
-    pythons = {
-        kind: args.peers_python if kind in PEERS else sys.executable for kind in servers
-    }
-    versions = {kind: version(kind, python) for kind, python in pythons.items()}
-    missing = [kind for kind, found in versions.items() if found is None]
-    if missing:
-        parser.error(f"not installed: {', '.join(missing)} (see --peers-python)")
-    results: dict[str, Any] = {
-        "schema": 1,
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "mode": "quick" if args.quick else "full",
-        "machine": {"logical_cpus": os.cpu_count(), "load_average": load_average()},
-        "versions": versions,
-        "reloads": [],
-        "throughput": [],
-    }
-    for count in clients:
-        for kind in servers:
-            row = trio.run(measure, kind, pythons[kind], count, reloads)
-            print(row, flush=True)
-            results["reloads"].append(row)
-    for kind in servers:
-        for workers in (1, 2):
-            row = trio.run(throughput, kind, pythons[kind], workers, seconds)
-            print(row, flush=True)
-            results["throughput"].append(row)
-    results["machine"]["load_average_after"] = load_average()
+    results = run(
+        quick=args.quick,
+        clients=[int(n) for n in args.clients.split(",")],
+        servers=args.servers.split(","),
+        peers_python=args.peers_python,
+        rounds=args.rounds,
+    )
+    if results["missing"]:
+        parser.error(
+            f"not installed: {', '.join(results['missing'])} (see --peers-python)"
+        )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     args.output.with_suffix(".rst").write_text(render(results))

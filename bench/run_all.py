@@ -17,7 +17,11 @@ and the ASGI ones (bench_asgi_drain.py, bench_asgi_throughput.py) start the
 servers they compare as processes of their own, and need the ``bench``
 extra: ``websockets``, ``trio-websocket``, Hypercorn, Starlette and uvicorn.
 ``--only asgi_drain,asgi_throughput --output-dir bench/results/asgi`` makes
-the ASGI results the documentation includes.
+the ASGI results the documentation includes. The benchmark of several worker
+processes (bench_workers_reload.py) compares the servers this interpreter
+has (trio_graceful, uvicorn, Hypercorn); run it alone with
+``--peers-python`` for Gunicorn and Granian too, as the documentation's
+table is made.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ BENCHMARKS = {
     "instructions": "bench_instructions",
     "asgi_drain": "bench_asgi_drain",
     "asgi_throughput": "bench_asgi_throughput",
+    "workers_reload": "bench_workers_reload",
 }
 
 

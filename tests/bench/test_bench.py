@@ -46,6 +46,7 @@ BENCHMARKS = [
     "instructions",
     "asgi_drain",
     "asgi_throughput",
+    "workers_reload",
 ]
 
 try:
@@ -131,9 +132,9 @@ def test_every_variant_is_measured_against_trio_in_the_same_run(results: dict) -
     ]
 
 
-def test_goals_cover_items_one_to_ten(results: dict) -> None:
+def test_goals_cover_items_one_to_eleven(results: dict) -> None:
     items = {goal["item"].split(".")[0] for goal in results["goals"]}
-    assert {"1", "2", "3", "4", "5", "6", "7", "9", "10"} <= items
+    assert {"1", "2", "3", "4", "5", "6", "7", "9", "10", "11"} <= items
     for goal in results["goals"]:
         assert isinstance(goal["met"], bool)
 
@@ -394,6 +395,21 @@ def test_asgi_throughput_pairs_trio_graceful_with_each_server(results: dict) -> 
     cpu = throughput["ratios"]["trio_graceful/hypercorn"]["server_cpu_us_per_request"]
     assert goal["target"] == "≤ 1.05x"
     assert goal["met"] == (cpu <= 1.05)
+
+
+def test_workers_reload_runs_in_the_suite_with_its_goals(results: dict) -> None:
+    workers = results["benchmarks"]["workers_reload"]
+    assert (workers["mode"], workers["rounds"]) == ("quick", 1)
+    assert list(workers["versions"]) == ["trio_graceful"]
+    assert workers["missing"] == []
+    assert [(r["workers"], r["burst"]) for r in workers["throughput"]] == [
+        (1, False),
+        (2, False),
+        (2, True),
+    ]
+    goals = [g for g in results["goals"] if g["item"].startswith("11.")]
+    assert [g["target"] for g in goals] == ["0/0/0/0", "≥ 1.80x"]
+    assert goals[0]["met"]  # a quick reload loses nothing either
 
 
 def test_asgi_throughput_goal_is_judged_on_instructions_when_counted(

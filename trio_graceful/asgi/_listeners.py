@@ -1,6 +1,10 @@
 """The server's listening sockets, and the loops that accept their connections.
 
-They listen with a long queue (`backlog`). At STOP they close
+They listen with a long queue (`backlog`). A socket that came from the
+server's parent (an ``fd://N`` bind: socket activation, or the sockets
+`trio_graceful.workers.serve_workers` hands its workers) may be *shared*
+with other processes, and its loop takes one connection per wake-up,
+leaving the rest of the queue to them (see `accept`). At STOP they close
 (`stop_listening`). A connection the kernel has already accepted, but the
 server not yet, waits in its listening socket's queue: its handshake is done
 and its client may have written a request. Closing the socket would reset
@@ -35,9 +39,17 @@ Stream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
 class Listener:
     """One listening socket, and the TLS of the connections it accepts."""
 
-    def __init__(self, sock: socket.socket, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        ssl_context: ssl.SSLContext | None,
+        *,
+        shared: bool = False,
+    ) -> None:
         self._listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
         self._ssl_context = ssl_context
+        # Inherited, so perhaps served by other processes too.
+        self.shared = shared
 
     async def accept(self) -> Stream:
         """Wait for the next connection (as `trio.SocketListener.accept`).
@@ -130,6 +142,11 @@ def listen(config: Config) -> tuple[list[Listener], list[str], list[tuple[str, i
     """
     sockets = _create_sockets(config)
     ssl_context = config.create_ssl_context()
+    inherited = {
+        int(bind[len("fd://") :])
+        for bind in (*config.bind, *config.insecure_bind)
+        if bind.startswith("fd://")
+    }
     listeners: list[Listener] = []
     urls: list[str] = []
     addresses: list[tuple[str, int]] = []
@@ -143,7 +160,13 @@ def listen(config: Config) -> tuple[list[Listener], list[str], list[tuple[str, i
             urls.append(f"{scheme}://{url}")
             if address is not None:
                 addresses.append(address)
-            listeners.append(Listener(sock, ssl_context if scheme == "https" else None))
+            listeners.append(
+                Listener(
+                    sock,
+                    ssl_context if scheme == "https" else None,
+                    shared=sock.fileno() in inherited,
+                )
+            )
     for url in urls:
         logger.info("serving on %s", url)
     return listeners, urls, addresses
@@ -180,8 +203,9 @@ def _where(sock: socket.socket) -> tuple[str, tuple[str, int] | None]:
 async def accept(listener: Listener, connections: Bundle, state: ServerState) -> None:
     """Serve each connection ``listener`` accepts as a child of ``connections``.
 
-    Each time it wakes, it accepts every connection in the queue. Returns
-    when the listener is closed. This is a checkpoint.
+    Each time it wakes, it accepts every connection in the queue, unless the
+    listener is shared: then one, and the others stay queued for the other
+    processes. Returns when the listener is closed. This is a checkpoint.
     """
     while True:
         try:
@@ -194,6 +218,12 @@ async def accept(listener: Listener, connections: Bundle, state: ServerState) ->
             await trio.sleep(0.1)
             continue
         _serve(stream, connections, state)
+        if listener.shared:
+            # The process that wakes first, or is running already, would
+            # take a whole burst and keep it (keep-alive) while the others
+            # idle. One per turn: a busy process's turn is long, an idle
+            # one wakes and takes the rest.
+            continue
         # And the rest of the queue, as asyncio's loop does: one accept per
         # turn of a busy scheduler would leave connections queued, their
         # requests unread, for as many turns.

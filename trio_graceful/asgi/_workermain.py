@@ -5,7 +5,8 @@ Run by the supervisor as ``python -m trio_graceful.asgi._workermain MODULE:APP
 `serve_asgi` on the sockets named by ``$TRIO_GRACEFUL_WORKER_FDS`` under
 `trio_graceful.run`, which says ``READY=1`` on the supervisor's
 ``$NOTIFY_SOCKET`` once the app's lifespan has started and the server
-accepts. It has no drain delay of its own: the supervisor's came first, and
+accepts. If the supervisor dies first, it stops as at SIGTERM
+(`watch_supervisor`). It has no drain delay of its own: the supervisor's came first, and
 a worker replaced by a reload must stop accepting at once, so that the
 connections in the shared queue go to the others.
 
@@ -33,7 +34,7 @@ import attrs
 import trio
 
 import trio_graceful
-from trio_graceful.workers import inherited_binds
+from trio_graceful.workers import inherited_binds, watch_supervisor
 
 from .._deploy._sdnotify import SystemdNotifier, notifier_from_environment
 from ..workers._workerprocess import IN_FLIGHT_FIELD
@@ -99,6 +100,7 @@ async def _serve(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     runner = trio_graceful.current_runner()
+    await runner.start_service(watch_supervisor, name="supervisor's lifeline")
     in_flight = _InFlight(notifier)
     # Started first, so it stops last: it reports through the server's drain.
     await runner.start_service(in_flight.serve, name="requests in flight")

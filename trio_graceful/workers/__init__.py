@@ -8,7 +8,8 @@ that crashes; adds and removes workers on SIGTTIN and SIGTTOU; and stops
 them all at once, within the runner's bounds. A worker finds its sockets
 with `inherited_sockets` or `inherited_binds`, and is ready when it says
 ``READY=1`` on ``$NOTIFY_SOCKET``, as every `trio_graceful.run` program
-does once ``main`` is ready.
+does once ``main`` is ready. A worker that runs `watch_supervisor` stops
+gracefully if its supervisor dies (is SIGKILLed, say) before it.
 
 ``python -m trio_graceful.asgi MODULE:APP --workers N`` is this for an ASGI
 app.
@@ -19,6 +20,10 @@ from typing import TYPE_CHECKING
 from .._exports import lazy_names as _lazy_names
 
 if TYPE_CHECKING:
+    from ._lifeline import (
+        inherited_lifeline as inherited_lifeline,
+        watch_supervisor as watch_supervisor,
+    )
     from ._pool import (
         WorkerCrashLoopError as WorkerCrashLoopError,
         WorkerPool as WorkerPool,

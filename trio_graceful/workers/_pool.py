@@ -50,6 +50,7 @@ from .. import STOP, InboxReceiver, Lifecycle, LifecycleState, current_runner
 from .._core._log import plural
 from .._core._lowlevel import NoPublicConstructor
 from .._deploy._sdnotify import SystemdNotifier, notifier_from_environment
+from ._lifeline import open_lifeline
 from ._sockets import FDS_VARIABLE, describe
 from ._workerprocess import Worker, WorkerInfo, WorkerState, logger
 
@@ -135,6 +136,7 @@ class WorkerPool(metaclass=NoPublicConstructor):
         self._changed = trio.Event()
         self._done = trio.Event()
         self._folder = ""
+        self._lifeline = -1
         self._nursery: trio.Nursery | None = None
 
     # -- the public face ------------------------------------------------------
@@ -189,6 +191,7 @@ class WorkerPool(metaclass=NoPublicConstructor):
                 self._command,
                 options=self._options,
                 folder=self._folder,
+                lifeline=self._lifeline,
                 ready_timeout=self._ready_timeout,
                 grace=self._grace,
                 on_change=self._on_change,
@@ -254,8 +257,12 @@ class WorkerPool(metaclass=NoPublicConstructor):
         task_status: trio.TaskStatus[WorkerPool],
     ) -> None:
         """Start the workers, carry out the changes until STOP, stop them."""
-        with tempfile.TemporaryDirectory(prefix="trio-graceful-workers-") as folder:
+        with (
+            tempfile.TemporaryDirectory(prefix="trio-graceful-workers-") as folder,
+            open_lifeline() as lifeline,
+        ):
             self._folder = folder
+            self._lifeline = lifeline
             async with trio.open_nursery() as processes:
                 self._nursery = processes
                 async with trio.open_nursery() as control:

@@ -40,6 +40,9 @@ IN_FLIGHT_FIELD: Final = "X_REQUESTS_IN_FLIGHT"
 """The notification field in which a worker tells how many requests it runs."""
 GENERATION_VARIABLE: Final = "TRIO_GRACEFUL_WORKER_GENERATION"
 NUMBER_VARIABLE: Final = "TRIO_GRACEFUL_WORKER"
+LIFELINE_VARIABLE: Final = "TRIO_GRACEFUL_WORKER_LIFELINE"
+"""The variable naming the descriptor of a worker's end of the lifeline
+(`trio_graceful.workers.watch_supervisor`)."""
 
 
 class WorkerState(enum.Enum):
@@ -186,6 +189,7 @@ class Worker:
         *,
         options: Mapping[str, Any],
         folder: str,
+        lifeline: int,
         ready_timeout: float,
         grace: float,
         on_change: Callable[[Worker], None],
@@ -194,7 +198,9 @@ class Worker:
         """Run the process until it ends; call ``on_change`` at each move.
 
         ``options`` are `trio_graceful.run_process`'s; its ``env`` gets
-        ``$NOTIFY_SOCKET`` and the worker's number and generation. Started
+        ``$NOTIFY_SOCKET``, the worker's number and generation, and the
+        descriptor ``lifeline`` (the read end of the supervisor's lifeline,
+        passed to the process with the sockets). Started
         (``task_status``) once the process runs, or has failed to start.
         """
         path = os.path.join(folder, f"notify-{self.number}")
@@ -205,7 +211,9 @@ class Worker:
             "NOTIFY_SOCKET": path,
             NUMBER_VARIABLE: str(self.number),
             GENERATION_VARIABLE: str(self.generation),
+            LIFELINE_VARIABLE: str(lifeline),
         }
+        pass_fds = [*options.get("pass_fds", ()), lifeline]
         with notifications:
             notifications.bind(path)
             try:
@@ -214,7 +222,7 @@ class Worker:
                     try:
                         await self._run_process(
                             command,
-                            {**options, "env": env},
+                            {**options, "env": env, "pass_fds": pass_fds},
                             (ready_timeout, grace),
                             helpers,
                             task_status,
