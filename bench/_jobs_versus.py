@@ -235,19 +235,29 @@ def fill(variant: str, url: str, n: int) -> None:
     asyncio.run(_jobs_peers.SUBMIT[library](url, n))
 
 
-def spawn(args: list[str]) -> subprocess.Popen[str]:
+def spawn(args: list[str], stack: contextlib.ExitStack) -> subprocess.Popen[str]:
+    """Start a worker process and wait for it to be ready.
+
+    If the round fails, ``stack`` kills and reaps it.
+    """
     process = subprocess.Popen(
         [sys.executable, str(SCRIPT), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    stack.callback(_reap, process)
     assert process.stdout is not None
     line = process.stdout.readline().strip()
     if line != "ready":
-        process.kill()
         raise RuntimeError(f"worker {args[0]} said {line!r}, not ready")
     return process
+
+
+def _reap(process: subprocess.Popen[str]) -> None:
+    if process.returncode is None:
+        process.kill()
+        process.communicate()
 
 
 def one_round(
@@ -257,28 +267,27 @@ def one_round(
     fill(variant, url, n)
     database = DATABASE[LIBRARY[variant]]
     before = server.counters(database) if server else None
-    workers = [spawn(child_args(variant, url, case)) for _ in range(case.processes)]
-    watcher = Watcher(variant, url, n)
-    for worker in workers:
-        assert worker.stdin is not None
-        worker.stdin.write("go\n")
-        worker.stdin.flush()
-    deadline = time.monotonic() + TIMEOUT_S
-    while watcher.ended() < n:
-        if time.monotonic() > deadline:
-            for worker in workers:
-                worker.kill()
-            raise RuntimeError(f"{variant}: {case.title}: jobs still running")
-        time.sleep(0.005)
-    watcher.close()
-    spans = []
-    for worker in workers:
-        worker.send_signal(signal.SIGTERM)
-    for worker in workers:
-        output, _ = worker.communicate(timeout=60)
-        if worker.returncode != 0:
-            raise RuntimeError(f"{variant} worker exited with {worker.returncode}")
-        spans.append(_jobs_peers.read_span(output))
+    with contextlib.ExitStack() as stack:
+        args = child_args(variant, url, case)
+        workers = [spawn(args, stack) for _ in range(case.processes)]
+        watcher = Watcher(variant, url, n)
+        stack.callback(watcher.close)
+        for worker in workers:
+            assert worker.stdin is not None
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+        deadline = time.monotonic() + TIMEOUT_S
+        while watcher.ended() < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{variant}: {case.title}: jobs still running")
+            time.sleep(0.005)
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+        codes = [worker.returncode for worker in workers]
+        if any(codes):
+            raise RuntimeError(f"{variant}: workers exited with {codes}")
+    spans = [_jobs_peers.read_span(output) for output in outputs]
     ran = sum(count for _, _, count in spans)
     if ran != n:
         raise RuntimeError(f"{variant}: {ran} jobs ran, not {n}")
