@@ -283,11 +283,17 @@ def one_round(
             time.sleep(0.005)
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
-        outputs = [worker.communicate(timeout=60)[0] for worker in workers]
-        codes = [worker.returncode for worker in workers]
-        if any(codes):
-            raise RuntimeError(f"{variant}: workers exited with {codes}")
-    spans = [_jobs_peers.read_span(output) for output in outputs]
+        spans = []
+        for worker in workers:
+            output = worker.communicate(timeout=60)[0]
+            if worker.returncode == -signal.SIGTERM and "span " not in output:
+                # Stopped before its library set its handler, so before its
+                # first job: when all the jobs end first (a quick run's few).
+                # The count below checks that the others ran them all.
+                continue
+            if worker.returncode != 0:
+                raise RuntimeError(f"{variant}: worker exited with {worker.returncode}")
+            spans.append(_jobs_peers.read_span(output))
     ran = sum(count for _, _, count in spans)
     if ran != n:
         raise RuntimeError(f"{variant}: {ran} jobs ran, not {n}")

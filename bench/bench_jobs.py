@@ -106,11 +106,13 @@ def library_worker(
         store = open_store(url, offload=offload)
         worker = Worker(store, {"noop": noop}, concurrency=concurrency)
         sender, receiver = open_inbox()
-        print("ready", flush=True)
-        await trio.to_thread.run_sync(sys.stdin.readline)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(worker.serve, receiver)
-            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        # Before "ready": a SIGTERM that comes while the worker starts (all
+        # the jobs ended by the other processes) waits for it.
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            print("ready", flush=True)
+            await trio.to_thread.run_sync(sys.stdin.readline)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.serve, receiver)
                 async for _ in signals:
                     sender.stop()
                     break
