@@ -22,6 +22,13 @@
   is 1 s: most of this time is the lease running out).
 * From a cancel request to ``cancelled``: cooperative (the job checks
   between 10 ms steps) and forced (it never checks; ``cancel_grace`` 0.2 s).
+* With ``--peers``, and nothing of the above: against procrastinate and
+  pgqueuer, each with its documented worker, on a PostgreSQL server the
+  bench starts (or ``--postgres URL``), at concurrency 1 and 10 per worker
+  process, and on SQLite for trio_graceful alone: see ``_jobs_versus.py``.
+  The peers are not dependencies of the project
+  (``pip install -r bench/requirements-peers.txt``); without them their
+  columns are left out, and the reason printed.
 
 Each throughput is the median of interleaved rounds (7 for no-op jobs, 3
 for the others); each ratio is the median of the rounds' own ratios, given
@@ -30,8 +37,10 @@ URL`` is given (an empty database).
 ``--pin`` keeps each worker process, of every variant, on one CPU (the
 library's Trio thread and query thread then share it), and measures
 throughput only. Run ``python bench/bench_jobs.py [--quick] [--postgres URL]
-[--pin]``; results go to ``bench/results/jobs.json`` (``jobs_pinned.json``)
-and a table on stdout.
+[--pin | --peers] [--output FILE]``; a full run's results go to
+``bench/results/jobs.json`` (``jobs_pinned.json``; ``jobs_peers.json`` and
+its table ``jobs_peers.rst``), a quick run's only to ``--output``; the
+tables go to stdout.
 """
 
 from __future__ import annotations
@@ -48,7 +57,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _render
 import trio
+from _jobs_peers import Span, pgqueuer_worker, procrastinate_worker
+from _jobs_store import count_ended, queries, reset, submit_many
 
 from trio_graceful import open_inbox
 from trio_graceful.jobs import (
@@ -61,68 +73,52 @@ from trio_graceful.jobs import (
     open_store,
 )
 from trio_graceful.jobs._records import JobEnding
-from trio_graceful.jobs._sql import Database
 
 HERE = Path(__file__).resolve().parent
 WORKER_ARGS = ["--lease", "1", "--cancel-grace", "0.2"]
 EXAMPLE = HERE.parent / "examples" / "jobs_service.py"
 
 
-def queries(url: str) -> Database:
-    return open_store(url)._db  # pyright: ignore[reportPrivateUsage]
-
-
 BUSY_HANDLER = "hand-written, SQLite's busy handler"
 ON_TRIO = "hand-written on Trio"
-TABLES = ("jobs", "job_events", "job_workers", "job_incarnations", "job_tracebacks")
 
 
-def reset(url: str) -> None:
-    """Empty the store, so that every run starts from the same tables."""
-    q = queries(url)
-    if url.startswith("postgresql"):
-        # DELETE would leave dead rows for every later run's scans to skip.
-        q.execute(f"TRUNCATE {', '.join(TABLES)}")
-    else:
-        for table in TABLES:
-            q.execute(f"DELETE FROM {table}")
-    q.close()
-
-
-def submit_many(url: str, n: int, kind: str = "noop") -> None:
-    q = queries(url)
-    for _ in range(n):
-        _client.submit(q, kind, {}, timeout=None, max_attempts=3, now=time.time())
-    q.close()
-
-
-def library_worker(url: str, job_ms: float, *, offload: bool = True) -> None:
+def library_worker(
+    url: str, job_ms: float, *, offload: bool = True, concurrency: int = 1
+) -> None:
     """A worker process running jobs of ``job_ms`` from "go" on stdin until SIGTERM.
 
     With ``offload=False`` the store runs its queries in the Trio thread.
+    When stopped, prints its jobs' `Span`.
     """
+    span = Span()
 
     async def noop(ctx: Any) -> None:
+        started = time.monotonic()
         if job_ms:
             await trio.sleep(job_ms / 1000)
+        span.add(started, time.monotonic())
 
     async def main() -> None:
-        # One job at a time, as the hand-written loop runs them: like for like.
-        # The default poll interval: jobs are queued before "go", so a claim
-        # only comes back empty once the queue is.
+        # One job at a time by default, as the hand-written loop runs them:
+        # like for like. The default poll interval: jobs are queued before
+        # "go", so a claim only comes back empty once the queue is.
         store = open_store(url, offload=offload)
-        worker = Worker(store, {"noop": noop}, concurrency=1)
+        worker = Worker(store, {"noop": noop}, concurrency=concurrency)
         sender, receiver = open_inbox()
-        print("ready", flush=True)
-        await trio.to_thread.run_sync(sys.stdin.readline)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(worker.serve, receiver)
-            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        # Before "ready": a SIGTERM that comes while the worker starts (all
+        # the jobs ended by the other processes) waits for it.
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            print("ready", flush=True)
+            await trio.to_thread.run_sync(sys.stdin.readline)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.serve, receiver)
                 async for _ in signals:
                     sender.stop()
                     break
 
     trio.run(main)
+    span.report()
 
 
 def hand_written_worker(url: str, job_ms: float, *, busy_handler: bool) -> None:
@@ -204,13 +200,6 @@ def spawn(*args: str, cpu: int | None = None) -> subprocess.Popen[str]:
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "ready"
     return process
-
-
-def count_ended(q: Database) -> int:
-    terminal = [state.value for state in JobState if state.terminal]
-    marks = ", ".join("?" * len(terminal))
-    rows = q.execute(f"SELECT count(*) FROM jobs WHERE state IN ({marks})", terminal)
-    return int(rows[0][0])
 
 
 def throughput(
@@ -343,6 +332,33 @@ def main() -> None:
     parser.add_argument("--child-raw", default=None)
     parser.add_argument("--child-raw-busy", default=None)
     parser.add_argument("--child-trio", default=None)
+    parser.add_argument("--child-procrastinate", default=None)
+    parser.add_argument("--child-pgqueuer", default=None)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="jobs per round, with --peers"
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="measure nothing: write the table (.rst) of a --peers results file",
+    )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="measure against procrastinate and pgqueuer (starts its own "
+        "PostgreSQL unless --postgres is given)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="the results file (default: bench/results/jobs.json, "
+        "jobs_pinned.json or jobs_peers.json for a full run; "
+        "a quick run writes none)",
+    )
     parser.add_argument("--job-ms", type=float, default=0.0)
     parser.add_argument(
         "--pin",
@@ -355,7 +371,31 @@ def main() -> None:
         # Before any thread starts: the threads inherit it.
         os.sched_setaffinity(0, {args.cpu})
     if args.child_worker:
-        return library_worker(args.child_worker, args.job_ms)
+        return library_worker(
+            args.child_worker, args.job_ms, concurrency=args.concurrency
+        )
+    if args.child_procrastinate:
+        return procrastinate_worker(
+            args.child_procrastinate, args.concurrency, args.job_ms
+        )
+    if args.child_pgqueuer:
+        return pgqueuer_worker(
+            args.child_pgqueuer, args.concurrency, args.batch, args.job_ms
+        )
+    output = args.output
+    if args.peers or args.render:
+        # Only here: it needs psycopg, which a run on SQLite does not.
+        import _jobs_versus
+
+        if args.render:
+            _render.render_again(args.render, _jobs_versus.render_rst)
+            return None
+        if output is None and not args.quick:
+            output = _jobs_versus.RESULTS
+        _jobs_versus.run(
+            quick=args.quick, postgres=args.postgres, output=output, jobs=args.jobs
+        )
+        return None
     if args.child_inline:
         return library_worker(args.child_inline, args.job_ms, offload=False)
     if args.child_raw:
@@ -414,8 +454,10 @@ def main() -> None:
                 k: statistics.median(v) for k, v in latencies.items()
             }
         results["stores"][name] = row
-    out = HERE / "results" / ("jobs_pinned.json" if args.pin else "jobs.json")
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    if output is None and not args.quick:
+        output = HERE / "results" / ("jobs_pinned.json" if args.pin else "jobs.json")
+    if output is not None:
+        output.write_text(json.dumps(results, indent=2) + "\n")
     for name, row in results["stores"].items():
         print(f"## {name}")
         for key, values in row.items():
