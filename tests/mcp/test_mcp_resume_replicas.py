@@ -201,6 +201,7 @@ async def test_a_replay_sends_the_stream_of_its_id_and_no_other_sessions(
             await post(http, url, b, call(2, 102, 102, close_first=True))
             assert [event async for event in to_b] == []
         assert text(first) == "announcement://0"
+        assert first.id is not None
 
         async with http.stream(
             "GET", url, headers=headers(a, last_event_id=first.id)
