@@ -33,6 +33,11 @@ STOP, and what is left at the hard deadline is hard-cancelled.
 
 A GET that resumes a stream (``Last-Event-ID``) is left to run at STOP, like
 a call: what it replays may be a call's answer.
+
+With an event store, each session's transport stores through a view of its
+own (`SessionEvents`), so that a replay sends no other session's events.
+`_SdkSessions` installs it, and lists the sessions to end: the one place
+that reaches into the SDK's privates.
 """
 
 from __future__ import annotations
@@ -124,7 +129,9 @@ def streamable_http_app(
       answers go out on their streams.
     * Each standalone GET event stream ends at once with ``retry:
       retry_interval`` (SEP-1699): the client reconnects, to another
-      replica. With an ``event_store`` it resumes with ``Last-Event-ID``.
+      replica. With an ``event_store`` it resumes with ``Last-Event-ID``
+      (on another replica, in a new session: a session lives in one
+      process; the replicas must share the store, see `open_event_store`).
     * At the cut-off each call still running is answered with a JSON-RPC
       error, code -32000, *server is shutting down; the call was cancelled
       before it finished*, before its stream ends with the terminating
