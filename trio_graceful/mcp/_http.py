@@ -227,7 +227,7 @@ class _SdkSessions:
         ) -> StreamableHTTPServerTransport | None:
             transport = admit(requestor)
             if transport is not None:
-                _give_view(transport, event_store)
+                _SdkSessions._give_view(transport, event_store)
             return transport
 
         manager._admit_session = admit_with_view  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
@@ -236,18 +236,18 @@ class _SdkSessions:
         """The transport of each open session. Not a checkpoint."""
         return list(self._manager._server_instances.values())  # pyright: ignore[reportPrivateUsage]
 
-
-def _give_view(transport: StreamableHTTPServerTransport, store: EventStore) -> None:
-    """Make ``transport`` store its session's streams apart from the others'."""
-    session = transport.mcp_session_id
-    if session is None or transport._event_store is not store:  # pyright: ignore[reportPrivateUsage]
-        # Refuse the session rather than mix its events with others' in a
-        # replay.
-        raise RuntimeError(
-            "this mcp SDK makes a session's transport unlike mcp 2.3.0: "
-            "its events cannot be kept apart from other sessions'"
-        )
-    transport._event_store = SessionEvents(store, session)  # pyright: ignore[reportPrivateUsage]
+    @staticmethod
+    def _give_view(transport: StreamableHTTPServerTransport, store: EventStore) -> None:
+        """Make ``transport`` store its session's streams apart from the others'."""
+        session = transport.mcp_session_id
+        if session is None or transport._event_store is not store:  # pyright: ignore[reportPrivateUsage]
+            # Refuse the session rather than mix its events with others' in a
+            # replay.
+            raise RuntimeError(
+                "this mcp SDK makes a session's transport unlike mcp 2.3.0: "
+                "its events cannot be kept apart from other sessions'"
+            )
+        transport._event_store = SessionEvents(store, session)  # pyright: ignore[reportPrivateUsage]
 
 
 def _header(scope: Scope, name: str) -> str | None:
