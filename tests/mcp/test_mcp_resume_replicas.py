@@ -168,3 +168,52 @@ async def test_a_stream_closed_on_one_replica_resumes_on_the_other(
         assert (primed.data, primed.retry) == ("", RETRY_MS)
         numbers = [number(e) for e in [first, *missed, primed, live]]
         assert numbers == sorted(set(numbers))
+
+
+async def test_a_replay_sends_the_stream_of_its_id_and_no_other_sessions(
+    store_url: str,
+) -> None:
+    command = [sys.executable, "-m", "tests.support.mcp_replica", store_url]
+    async with (
+        open_logged_process(command, ProcessLog, ready=LISTENING) as one,
+        httpx.AsyncClient(timeout=PATIENCE) as http,
+    ):
+        assert one.ready is not None
+        url = one.ready[1] + "/mcp"
+        a, b = await open_session(http, url), await open_session(http, url)
+        async with (
+            http.stream("GET", url, headers=headers(a)) as at_a,
+            http.stream("GET", url, headers=headers(b)) as at_b,
+        ):
+            assert (at_a.status_code, at_b.status_code) == (200, 200)
+            to_a, to_b = events(at_a), events(at_b)
+            await post(http, url, a, call(1, 0, 1))
+            first = await anext(to_a)
+            # Both sessions' standalone streams have the SDK's one name,
+            # and b's events are stored after a's first, in one store.
+            await post(http, url, b, call(1, 100, 102))
+            assert [text(await anext(to_b)) for _ in range(2)] == [
+                "announcement://100",
+                "announcement://101",
+            ]
+            await post(http, url, a, call(2, 1, 2, close_first=True))
+            assert [event async for event in to_a] == []
+            await post(http, url, b, call(2, 102, 102, close_first=True))
+            assert [event async for event in to_b] == []
+        assert text(first) == "announcement://0"
+        assert first.id is not None
+
+        async with http.stream(
+            "GET", url, headers=headers(a, last_event_id=first.id)
+        ) as stream:
+            assert stream.status_code == 200
+            arriving = events(stream)
+            replayed: list[str] = []
+            # Up to the new stream's priming event: what the replay sent.
+            while (event := await anext(arriving)).data:
+                replayed.append(text(event))
+            await post(http, url, a, call(3, 2, 2, close_first=True))
+            assert [event async for event in arriving] == []
+        # Without a view per session, b's two came first.
+        assert replayed == ["announcement://1"]
+        assert event.retry == RETRY_MS

@@ -1,7 +1,7 @@
 """One replica of an MCP server over Streamable HTTP, its event store shared.
 
-``python -m tests.support.mcp_replica STORE_URL`` serves
-``MCPServer.streamable_http_app(event_store=...)`` with
+``python -m tests.support.mcp_replica STORE_URL`` serves an ``MCPServer``
+with `trio_graceful.mcp.streamable_http_app` (``event_store=...``) and
 `trio_graceful.asgi.serve_asgi` under `trio_graceful.run`, on a free port of
 127.0.0.1, and logs ``listening on http://127.0.0.1:PORT``. Its tool
 ``announce(start, stop, close_first=False)`` tells that the resources
@@ -17,19 +17,19 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 
 import trio
 from mcp.server.mcpserver import Context, MCPServer
-from starlette.applications import Starlette
 
 import trio_graceful
 from trio_graceful.asgi import serve_asgi
-from trio_graceful.mcp import SharedEventStore, open_event_store
+from trio_graceful.mcp import SharedEventStore, open_event_store, streamable_http_app
 
 RETRY_MS = 500
 
 
-def build_app(store: SharedEventStore) -> Starlette:
+def build_app(store: SharedEventStore) -> Callable[..., Awaitable[None]]:
     server = MCPServer("replica")
 
     @server.tool()
@@ -42,7 +42,9 @@ def build_app(store: SharedEventStore) -> Starlette:
             await ctx.session.send_resource_updated(f"announcement://{n}")
         return f"announced {stop - start}"
 
-    return server.streamable_http_app(event_store=store, retry_interval=RETRY_MS)
+    return streamable_http_app(
+        server, event_store=store, retry_interval=RETRY_MS / 1000
+    )
 
 
 async def main(url: str) -> None:

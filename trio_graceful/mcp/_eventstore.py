@@ -229,8 +229,11 @@ class SharedEventStore(EventStore):
     """An `~mcp.server.streamable_http.EventStore` in a database that replicas share.
 
     Made by `open_event_store`; give it to
-    ``MCPServer.streamable_http_app(event_store=...)``. The SDK calls its two
-    methods; `purge` runs by itself every ``purge_interval`` seconds.
+    `streamable_http_app(event_store=...) <streamable_http_app>`, which
+    keeps each session's streams apart in it (the SDK's own
+    ``streamable_http_app`` would not: a replay would send other sessions'
+    events of the same stream name). The SDK calls its two methods;
+    `purge` runs by itself every ``purge_interval`` seconds.
     """
 
     _connection: _Connection

@@ -33,6 +33,11 @@ STOP, and what is left at the hard deadline is hard-cancelled.
 
 A GET that resumes a stream (``Last-Event-ID``) is left to run at STOP, like
 a call: what it replays may be a call's answer.
+
+With an event store, each session's transport stores through a view of its
+own (`SessionEvents`), so that a replay sends no other session's events.
+`_SdkSessions` installs it, and lists the sessions to end: the one place
+that reaches into the SDK's privates.
 """
 
 from __future__ import annotations
@@ -42,12 +47,14 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final, final
 
 import trio
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http import (
     LAST_EVENT_ID_HEADER,
     MCP_SESSION_ID_HEADER,
     EventStore,
+    StreamableHTTPServerTransport,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types import (
@@ -70,6 +77,7 @@ from ..asgi._drain import Drain, current_drain
 from ._calls import describe_call
 from ._handlers import HandlersInBundle, HandlerWatch, handler_watch
 from ._outgoing import CANCELLED, REFUSED, shutdown_error
+from ._sessionevents import SessionEvents
 from ._stdio import NO_WORK, freeze_heap_at_exit, lowlevel_server
 
 logger = library_logger("trio_graceful.mcp")
@@ -121,7 +129,9 @@ def streamable_http_app(
       answers go out on their streams.
     * Each standalone GET event stream ends at once with ``retry:
       retry_interval`` (SEP-1699): the client reconnects, to another
-      replica. With an ``event_store`` it resumes with ``Last-Event-ID``.
+      replica. With an ``event_store`` it resumes with ``Last-Event-ID``
+      (on another replica, in a new session: a session lives in one
+      process; the replicas must share the store, see `open_event_store`).
     * At the cut-off each call still running is answered with a JSON-RPC
       error, code -32000, *server is shutting down; the call was cancelled
       before it finished*, before its stream ends with the terminating
@@ -147,7 +157,11 @@ def streamable_http_app(
         path (str): Where the MCP endpoint is.
         event_store (mcp.server.streamable_http.EventStore or None): Where
             the events of each stream are kept, for clients that resume
-            with ``Last-Event-ID``; None: streams cannot be resumed.
+            with ``Last-Event-ID``; None: streams cannot be resumed. Each
+            session stores its streams under names of its own (its id, a
+            space, the SDK's name), so that a replay sends the events of one
+            session's stream only, in any store that replays one stream as
+            the SDK's interface says.
         retry_interval (float): Seconds a client waits before it reconnects
             to an event stream that was ended (the ``retry:`` field; the SDK
             also puts it in each stream's first event when there is an
@@ -171,9 +185,69 @@ def streamable_http_app(
     sdk_app = server.streamable_http_app(
         streamable_http_path=path, event_store=event_store, retry_interval=retry_ms
     )
+    manager = lowlevel.session_manager
     return _McpHttpApp(
-        sdk_app, lowlevel, lowlevel.session_manager, path, retry_ms, retry_after
+        sdk_app,
+        lowlevel,
+        manager,
+        _SdkSessions(manager, event_store),
+        path,
+        retry_ms,
+        retry_after,
     )
+
+
+@final
+class _SdkSessions:
+    """The session manager's sessions, where the SDK (``mcp`` 2.3.0) has no public way.
+
+    The one place that reaches into the SDK's privates;
+    tests/mcp/test_mcp_sdk_privates.py fails if one of them changes:
+
+    * ``manager._server_instances``: the transport of each open session;
+    * ``manager._admit_session(requestor)``: makes a new session's transport,
+      with ``event_store=manager.event_store``, before anything is stored
+      for the session (the first event is the priming event of the request
+      that opens it);
+    * ``transport._event_store``: where a transport stores its events.
+    """
+
+    __slots__ = ("_manager",)
+
+    def __init__(
+        self, manager: StreamableHTTPSessionManager, event_store: EventStore | None
+    ) -> None:
+        self._manager = manager
+        if event_store is None:
+            return
+        admit = manager._admit_session  # pyright: ignore[reportPrivateUsage]
+
+        def admit_with_view(
+            requestor: AuthorizationContext | None,
+        ) -> StreamableHTTPServerTransport | None:
+            transport = admit(requestor)
+            if transport is not None:
+                _SdkSessions._give_view(transport, event_store)
+            return transport
+
+        manager._admit_session = admit_with_view  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+
+    def transports(self) -> list[StreamableHTTPServerTransport]:
+        """The transport of each open session. Not a checkpoint."""
+        return list(self._manager._server_instances.values())  # pyright: ignore[reportPrivateUsage]
+
+    @staticmethod
+    def _give_view(transport: StreamableHTTPServerTransport, store: EventStore) -> None:
+        """Make ``transport`` store its session's streams apart from the others'."""
+        session = transport.mcp_session_id
+        if session is None or transport._event_store is not store:  # pyright: ignore[reportPrivateUsage]
+            # Refuse the session rather than mix its events with others' in a
+            # replay.
+            raise RuntimeError(
+                "this mcp SDK makes a session's transport unlike mcp 2.3.0: "
+                "its events cannot be kept apart from other sessions'"
+            )
+        transport._event_store = SessionEvents(store, session)  # pyright: ignore[reportPrivateUsage]
 
 
 def _header(scope: Scope, name: str) -> str | None:
@@ -295,6 +369,7 @@ class _McpHttpApp:
         "_retry",
         "_retry_after",
         "_sdk",
+        "_sessions",
     )
 
     def __init__(
@@ -302,6 +377,7 @@ class _McpHttpApp:
         sdk: ASGIApp,
         lowlevel: Server[Any],
         manager: StreamableHTTPSessionManager,
+        sessions: _SdkSessions,
         path: str,
         retry_ms: int,
         retry_after: int,
@@ -309,6 +385,7 @@ class _McpHttpApp:
         self._sdk = sdk
         self._lowlevel = lowlevel
         self._manager = manager
+        self._sessions = sessions
         self._path = path
         self._retry = f"retry: {retry_ms}\r\n\r\n".encode()
         self._retry_after = [(b"retry-after", str(retry_after).encode())]
@@ -378,9 +455,7 @@ class _McpHttpApp:
 
     async def _end_sessions(self) -> None:
         """Terminate every session's transport: its streams refuse writes at once."""
-        # The manager keeps its sessions' transports there and has no public
-        # way to list them (mcp 2.3.0).
-        transports = list(self._manager._server_instances.values())  # pyright: ignore[reportPrivateUsage]
+        transports = self._sessions.transports()
         with trio.CancelScope(shield=True):
             for transport in transports:
                 await transport.terminate()
