@@ -19,6 +19,8 @@ import trio
 
 from . import _client, _holding, _leases
 from ._exceptions import StoreError
+from ._groupcommit import GroupCommits, StoreStatistics
+from ._holding import ClaimRequest, GroupedEnding, Settled
 from ._jobchecks import (
     check_count,
     check_duration,
@@ -64,6 +66,10 @@ class JobStore:
     _offload: bool = True
     _calls: SerialCalls = attrs.field(factory=SerialCalls, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    _endings: GroupCommits = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._endings = GroupCommits(self._db, self._calls, self._offload)
 
     def now(self) -> float:
         """The store's current time. Not a checkpoint."""
@@ -229,15 +235,20 @@ class JobStore:
             changes=changes,
             traceback=traceback,
         )
-        limit = check_count(limit, argument="limit")
-        return await self._call(
-            _holding.finish_then_claim,
-            self._db,
-            ending,
-            now=self.now(),
-            limit=limit,
-            **options,
-        )
+        claim = ClaimRequest(limit=check_count(limit, argument="limit"), **options)
+        return await self._end(ending, claim)
+
+    async def _end(self, ending: JobEnding, claim: ClaimRequest | None) -> Settled:
+        if self._closed:
+            raise StoreError("the job store is closed")
+        return await self._endings.write(GroupedEnding(ending, self.now(), claim))
+
+    def statistics(self) -> StoreStatistics:
+        """A `StoreStatistics` snapshot: how the endings were grouped.
+
+        Not a checkpoint.
+        """
+        return self._endings.statistics()
 
     async def take_over(
         self, worker: str, *, incarnation: str, lease: float
@@ -309,7 +320,8 @@ class JobStore:
             changes=changes,
             traceback=traceback,
         )
-        return await self._call(_holding.finish, self._db, ending, now=self.now())
+        done, _ = await self._end(ending, None)
+        return done
 
     async def save_progress(
         self, job_id: str, progress: Mapping[str, Any], *, worker: str, attempt: int
