@@ -5,8 +5,9 @@ the store's turn, as every call does. Endings that arrive while a call is
 in flight, most often the commit of the endings before them, join one
 *group*, and the group is written in one transaction (`_holding.finish_group`)
 as soon as the store is free: one commit, one flush to disk, for the whole
-group. An ending that finds the store idle is written at once, alone:
-grouping adds no wait.
+group. The ending that takes the store's turn lets the scheduler run while
+each pass brings more endings (those of jobs that ended in the same
+instant), then writes the group: no timer, and a lone ending waits one pass.
 
 The first ending of a group takes the store's turn for the group; the
 others wait for the group's commit. Each gets its own outcome, and only
@@ -65,6 +66,20 @@ class _Group:
         await self._changed.wait()
 
 
+async def _gather(group: _Group) -> None:
+    """Let the endings already on their way join ``group``: no timer, no wait.
+
+    Jobs that end together (those one group claimed end within a few
+    passes of the scheduler) join while each pass brings one more; a
+    lone ending begins after one pass.
+    """
+    while True:
+        size = len(group.members)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        if len(group.members) <= size:
+            return
+
+
 @attrs.frozen
 class StoreStatistics:
     """How the endings of a store's jobs were committed: `JobStore.statistics`."""
@@ -117,6 +132,7 @@ class GroupCommits:
                 if group.leader is member:
                     await self._calls.acquire()
                     try:
+                        await _gather(group)
                         await self._run(group)
                     finally:
                         self._calls.release()
