@@ -8,6 +8,8 @@ runs SQLite in the Trio thread under the mock clock.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -23,7 +25,9 @@ from trio_graceful.jobs import (
     JobState,
     JobStore,
     LostJobError,
+    StoreError,
     StoreStatistics,
+    open_store,
 )
 from trio_graceful.jobs._sqlite import SQLiteConnection
 
@@ -55,6 +59,24 @@ async def claimed(store: JobStore, n: int, queued: int) -> list[JobRecord]:
         await store.submit("k")
         await trio.sleep(1)  # claimed, and listed, in this order
     return await store.claim_many("w", limit=n, lease=30, incarnation="i")
+
+
+@asynccontextmanager
+async def turn_held(store: JobStore) -> AsyncIterator[None]:
+    """Hold the store's turn from another task, as a group in flight does."""
+    calls = store._calls  # pyright: ignore[reportPrivateUsage]
+    done = trio.Event()
+
+    async def hold(task_status: trio.TaskStatus[None]) -> None:
+        await calls.acquire()
+        task_status.started()
+        await done.wait()
+        calls.release()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hold)
+        yield
+        done.set()
 
 
 def state_now(store: JobStore, job: JobRecord) -> JobState:
@@ -245,3 +267,34 @@ async def test_a_worker_groups_the_endings_of_jobs_that_end_together(
     for job_id in ids:
         targets = [e.target for e in await store.events(job_id)]
         assert targets == [S.QUEUED, S.RUNNING, S.COMPLETED]
+
+
+@pytest.mark.realtime
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_on_postgresql_renewals_wait_behind_a_group_only_at_concurrency_1(
+    postgres_url: str, concurrency: int
+) -> None:
+    with open_store(postgres_url) as store:
+        await store.reserve_connections(concurrency=concurrency)
+        await store.reserve_connections(concurrency=concurrency)  # changes nothing
+        async with turn_held(store):
+            with trio.move_on_after(5 if concurrency == 1 else 60) as waited:
+                await store.renew_lease("w", lease=30)
+                await store.submit("k")
+                assert [job.state for job in await store.jobs()] == [S.QUEUED]
+        assert waited.cancelled_caught is (concurrency == 1)
+    with pytest.raises(StoreError, match=r"^the job store is closed$"):
+        await store.reserve_connections(concurrency=concurrency)
+
+
+async def test_a_sqlite_store_keeps_one_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = mock_store()
+    await store.reserve_connections(concurrency=10)
+    async with turn_held(store):
+        with trio.move_on_after(10) as waited:
+            await store.renew_lease("w", lease=30)
+    assert waited.cancelled_caught
+    with pytest.raises(ValueError, match=r"^concurrency must be in 1\.\.\d+, not 0$"):
+        await store.reserve_connections(concurrency=0)

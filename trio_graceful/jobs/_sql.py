@@ -75,6 +75,13 @@ class Connection(Protocol):
         """Run one ``UPDATE``, rendered; return how many rows it changed."""
         ...
 
+    def another(self) -> Connection | None:
+        """A second connection to the same store, or None if one is all it serves.
+
+        The tables exist already; an error opening it is an outage.
+        """
+        ...
+
     def begin(self) -> None:
         """Begin a transaction that serializes with other writers' claims."""
         ...

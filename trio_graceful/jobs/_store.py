@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 import attrs
 import trio
@@ -33,7 +33,7 @@ from ._jobchecks import (
 from ._jsonrule import check_object
 from ._records import AuditEvent, JobEnding, JobRecord
 from ._serial import SerialCalls
-from ._sql import Database
+from ._sql import Connection, Database
 from ._states import JobEvent
 
 P = ParamSpec("P")
@@ -67,6 +67,10 @@ class JobStore:
     _calls: SerialCalls = attrs.field(factory=SerialCalls, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     _endings: GroupCommits = attrs.field(init=False)
+    # A second connection, for every query but the endings' groups (PostgreSQL,
+    # once a worker runs several jobs: see reserve_connections).
+    _side: Database | None = attrs.field(default=None, init=False)
+    _side_calls: SerialCalls = attrs.field(factory=SerialCalls, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._endings = GroupCommits(self._db, self._calls, self._offload)
@@ -75,11 +79,50 @@ class JobStore:
         """The store's current time. Not a checkpoint."""
         return self._clock()
 
-    async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    async def _call(
+        self,
+        fn: Callable[Concatenate[Database, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
         if self._closed:
             raise StoreError("the job store is closed")
-        call = functools.partial(fn, *args, **kwargs)
-        return await self._calls.run(call, offload=self._offload)
+        db, calls = self._db, self._calls
+        if self._side is not None:
+            db, calls = self._side, self._side_calls
+        call = functools.partial(fn, db, *args, **kwargs)
+        return await calls.run(call, offload=self._offload)
+
+    async def reserve_connections(self, *, concurrency: int) -> None:
+        """Open the connections a worker running ``concurrency`` jobs needs.
+
+        A SQLite store has one connection: one process writes the file at a
+        time. A PostgreSQL store has one (and one that listens); for
+        ``concurrency`` above 1 it opens a second, which carries every
+        query but the groups of endings (`JobStore.statistics`): claims,
+        lease renewals, progress, cancel requests, rescues and reads
+        never wait behind a group's transaction. Calling it again changes
+        nothing. This is a checkpoint.
+
+        Raises:
+            psycopg.OperationalError: if the server cannot be reached (an
+                outage, see `is_outage`).
+        """
+        concurrency = check_count(concurrency, argument="concurrency")
+        if self._closed:
+            raise StoreError("the job store is closed")
+        if concurrency == 1 or self._side is not None or not self._offload:
+            await trio.lowlevel.checkpoint()
+            return
+        another = await trio.to_thread.run_sync(self._db.connection.another)
+        if another is not None:
+            self._adopt(another)
+
+    def _adopt(self, another: Connection) -> None:
+        if self._closed or self._side is not None:  # closed, or raced, meanwhile
+            another.close()
+        else:
+            self._side = Database(another)
 
     @property
     def listens(self) -> bool:
@@ -139,7 +182,6 @@ class JobStore:
         max_attempts = check_count(max_attempts, argument="max_attempts")
         return await self._call(
             _client.submit,
-            self._db,
             kind,
             checked,
             timeout=timeout,
@@ -171,9 +213,7 @@ class JobStore:
         """
         worker = check_text(worker, argument="worker")
         options = claim_options(lease, stale_after, kinds, incarnation)
-        return await self._call(
-            _holding.claim, self._db, worker, now=self.now(), **options
-        )
+        return await self._call(_holding.claim, worker, now=self.now(), **options)
 
     async def claim_many(
         self,
@@ -194,7 +234,6 @@ class JobStore:
         limit = check_count(limit, argument="limit")
         return await self._call(
             _holding.claim_many,
-            self._db,
             worker,
             now=self.now(),
             limit=limit,
@@ -262,7 +301,6 @@ class JobStore:
         """
         return await self._call(
             _leases.take_over,
-            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             lease=check_duration(lease, argument="lease"),
@@ -279,7 +317,6 @@ class JobStore:
         """
         return await self._call(
             _leases.release_strays,
-            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             held=held,  # a live view, read when the store's turn comes (Claims)
@@ -336,7 +373,6 @@ class JobStore:
         attempt = check_count(attempt, argument="attempt")
         await self._call(
             _holding.save_progress,
-            self._db,
             job_id,
             checked,
             worker=worker,
@@ -356,14 +392,12 @@ class JobStore:
             JobNotFoundError: if there is no such job.
         """
         job_id = check_job_id(job_id)
-        return await self._call(
-            _client.request_cancel, self._db, job_id, now=self.now()
-        )
+        return await self._call(_client.request_cancel, job_id, now=self.now())
 
     async def cancel_requests(self, worker: str) -> list[str]:
         """Ids of the running jobs of ``worker`` whose cancellation was requested."""
         worker = check_text(worker, argument="worker")
-        return await self._call(_holding.cancel_requests, self._db, worker)
+        return await self._call(_holding.cancel_requests, worker)
 
     async def renew_lease(
         self, worker: str, *, lease: float, incarnation: str | None = None
@@ -376,7 +410,6 @@ class JobStore:
         """
         await self._call(
             _leases.renew_lease,
-            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             lease=check_duration(lease, argument="lease"),
@@ -386,11 +419,11 @@ class JobStore:
     async def drop_lease(self, worker: str) -> None:
         """Remove ``worker``'s lease: it holds no jobs any more."""
         worker = check_text(worker, argument="worker")
-        await self._call(_leases.drop_lease, self._db, worker)
+        await self._call(_leases.drop_lease, worker)
 
     async def leases(self) -> dict[str, float]:
         """When each live worker's lease expires, by worker id."""
-        return await self._call(_leases.leases, self._db)
+        return await self._call(_leases.leases)
 
     async def rescue(self, *, rescuer: str) -> list[JobRecord]:
         """Settle the jobs of every worker whose lease has expired.
@@ -402,9 +435,7 @@ class JobStore:
         never does. Returns the jobs changed.
         """
         rescuer = check_text(rescuer, argument="rescuer")
-        return await self._call(
-            _leases.rescue, self._db, now=self.now(), rescuer=rescuer
-        )
+        return await self._call(_leases.rescue, now=self.now(), rescuer=rescuer)
 
     async def get(self, job_id: str) -> JobRecord:
         """The job's record.
@@ -414,7 +445,7 @@ class JobStore:
             JobNotFoundError: if there is no such job.
         """
         job_id = check_job_id(job_id)
-        return await self._call(self._db.get, job_id)
+        return await self._call(Database.get, job_id)
 
     async def jobs(self, ids: Sequence[str] | None = None) -> list[JobRecord]:
         """The records of ``ids`` in that order, or of all jobs, oldest first.
@@ -430,7 +461,7 @@ class JobStore:
             if isinstance(ids, str) or not isinstance(cast("object", ids), Sequence):
                 raise TypeError(f"ids must be a sequence of job ids, not {ids!r}")
             ids = [check_job_id(job_id) for job_id in ids]
-        return await self._call(_client.jobs, self._db, ids)
+        return await self._call(_client.jobs, ids)
 
     async def events(self, job_id: str | None = None) -> list[AuditEvent]:
         """The audit log, of one job or of all, oldest first.
@@ -441,7 +472,7 @@ class JobStore:
         """
         if job_id is not None:
             job_id = check_job_id(job_id)
-        return await self._call(_client.events, self._db, job_id)
+        return await self._call(_client.events, job_id)
 
     def is_outage(self, exc: BaseException) -> bool:
         """True if ``exc``, raised by this store, means it is away for now.
@@ -468,6 +499,8 @@ class JobStore:
         if not self._closed:
             self._closed = True
             self._db.close()
+            if self._side is not None:
+                self._side.close()
 
     def __enter__(self) -> Self:
         """``with open_store(url) as store:`` closes the store after the block."""
