@@ -105,8 +105,8 @@ class JobStore:
         nothing. This is a checkpoint.
 
         Raises:
-            psycopg.OperationalError: if the server cannot be reached (an
-                outage, see `is_outage`).
+            Exception: psycopg's ``OperationalError`` if the server cannot
+                be reached: an outage (`is_outage`), to retry.
         """
         concurrency = check_count(concurrency, argument="concurrency")
         if self._closed:
