@@ -5,9 +5,10 @@ the store's turn, as every call does. Endings that arrive while a call is
 in flight, most often the commit of the endings before them, join one
 *group*, and the group is written in one transaction (`_holding.finish_group`)
 as soon as the store is free: one commit, one flush to disk, for the whole
-group. The ending that takes the store's turn lets the scheduler run while
-each pass brings more endings (those of jobs that ended in the same
-instant), then writes the group: no timer, and a lone ending waits one pass.
+group. Once a worker of the store runs several jobs (`GroupCommits.gather`),
+the ending that takes the store's turn lets the scheduler run while each
+pass brings more endings (those of jobs that ended in the same instant),
+then writes the group: no timer, and a lone ending waits one pass.
 
 The first ending of a group takes the store's turn for the group; the
 others wait for the group's commit. Each gets its own outcome, and only
@@ -99,6 +100,9 @@ class GroupCommits:
     _db: Database
     _calls: SerialCalls
     _offload: bool
+    gather: bool = attrs.field(default=False, init=False)
+    """Whether a group waits for the endings on their way (`_gather`): only
+    once a worker of the store runs several jobs, whose endings can join."""
     _open: _Group | None = attrs.field(default=None, init=False)
     _groups: int = attrs.field(default=0, init=False)
     _endings: int = attrs.field(default=0, init=False)
@@ -132,7 +136,8 @@ class GroupCommits:
                 if group.leader is member:
                     await self._calls.acquire()
                     try:
-                        await _gather(group)
+                        if self.gather:
+                            await _gather(group)
                         await self._run(group)
                     finally:
                         self._calls.release()

@@ -3,7 +3,8 @@
 `JobStore` checks every argument in the Trio thread, reads the clock there
 (so that tests can run the store under Trio's mock clock), and runs the
 store's synchronous operations (`_client`, `_holding`, `_leases`) in a
-worker thread, one call at a time per store. `open_store` (in `_open`) picks
+worker thread, one call at a time per connection; the endings of jobs are
+committed in groups (`_groupcommit`). `open_store` (in `_open`) picks
 the store from a URL.
 """
 
@@ -101,8 +102,10 @@ class JobStore:
         ``concurrency`` above 1 it opens a second, which carries every
         query but the groups of endings (`JobStore.statistics`): claims,
         lease renewals, progress, cancel requests, rescues and reads
-        never wait behind a group's transaction. Calling it again changes
-        nothing. This is a checkpoint.
+        never wait behind a group's transaction. Above 1, on every store,
+        an ending that takes the store's turn lets the endings already on
+        their way join its group (see "Endings are committed in groups" in
+        the how-to). Calling it again changes nothing. This is a checkpoint.
 
         Raises:
             Exception: psycopg's ``OperationalError`` if the server cannot
@@ -111,6 +114,8 @@ class JobStore:
         concurrency = check_count(concurrency, argument="concurrency")
         if self._closed:
             raise StoreError("the job store is closed")
+        if concurrency > 1:
+            self._endings.gather = True
         if concurrency == 1 or self._side is not None or not self._offload:
             await trio.lowlevel.checkpoint()
             return
