@@ -405,6 +405,11 @@ class TripCountingStore(JobStore):
         self.trips.append(fn.__name__)
         return await super()._call(fn, *args, **kwargs)
 
+    async def _end(self, ending: Any, claim: Any) -> Any:
+        # Endings go through the group commits, not _call.
+        self.trips.append("finish" if claim is None else "finish_then_claim")
+        return await super()._end(ending, claim)
+
 
 def counting_store() -> TripCountingStore:
     db = support.mock_store()._db  # pyright: ignore[reportPrivateUsage]

@@ -268,13 +268,13 @@ def hold_settlements(
     monkeypatch: pytest.MonkeyPatch, hold: Callable[[], object]
 ) -> None:
     """Call ``hold()`` in the store's thread before each settlement's queries."""
-    settle = _holding.finish_then_claim
+    settle = _holding.finish_group
 
-    def finish_then_claim(*args: Any, **kwargs: Any) -> Any:
+    def finish_group(*args: Any, **kwargs: Any) -> Any:
         hold()
         return settle(*args, **kwargs)
 
-    monkeypatch.setattr(_holding, "finish_then_claim", finish_then_claim)
+    monkeypatch.setattr(_holding, "finish_group", finish_group)
 
 
 @pytest.mark.realtime

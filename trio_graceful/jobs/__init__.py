@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         WorkerReplacedError as WorkerReplacedError,
     )
     from ._functions import JobFunction as JobFunction
+    from ._groupcommit import StoreStatistics as StoreStatistics
     from ._open import open_store as open_store
     from ._records import (
         AuditEvent as AuditEvent,

@@ -64,7 +64,7 @@ class PostgresConnection:
 
     dialect: ClassVar[Dialect] = POSTGRESQL
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, first: bool = True) -> None:
         try:
             import psycopg
         except ImportError:
@@ -78,8 +78,12 @@ class PostgresConnection:
         self._url = url
         self._options = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given}
         self._listener: psycopg.Connection[Any] | None = None
-        try:
+        if not first:
+            # A second connection of a store: its errors are outages.
             self._db: psycopg.Connection[Any] = self._connect()
+            return
+        try:
+            self._db = self._connect()
         except psycopg.Error as exc:
             # libpq's message spans lines (a hint on the next, indented).
             why = " ".join(str(exc).split())
@@ -93,6 +97,10 @@ class PostgresConnection:
             for statement in POSTGRESQL.schema().split(";"):
                 if statement.strip():
                     db.execute(statement)
+
+    def another(self) -> PostgresConnection:
+        """A second connection to the store's server, without a listener."""
+        return PostgresConnection(self._url, first=False)
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._db.cursor() as cursor:

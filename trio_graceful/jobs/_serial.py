@@ -53,14 +53,31 @@ class SerialCalls:
         With ``offload=False`` the call runs in the Trio thread, still after a
         checkpoint, so that a store behaves alike under Trio's mock clock.
         """
+        await self.acquire()
+        try:
+            return await self.run_held(call, offload=offload)
+        finally:
+            self.release()
+
+    async def acquire(self) -> None:
+        """Wait for the store's turn; cancellable. This is a checkpoint.
+
+        An uncontended turn is taken without a trip through the scheduler
+        (`run_held` checkpoints anyway).
+        """
         try:
             self._lock.acquire_nowait()
         except trio.WouldBlock:
             await self._lock.acquire()
-        try:
-            if offload:
-                return await run_in_thread(call)
-            await trio.lowlevel.checkpoint()
-            return call()
-        finally:
-            self._lock.release()
+
+    def release(self) -> None:
+        """Give the turn to the next call. Not a checkpoint."""
+        self._lock.release()
+
+    @staticmethod
+    async def run_held(call: Callable[[], R], *, offload: bool) -> R:
+        """Run ``call`` in the turn taken by `acquire`. This is a checkpoint."""
+        if offload:
+            return await run_in_thread(call)
+        await trio.lowlevel.checkpoint()
+        return call()

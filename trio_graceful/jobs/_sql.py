@@ -11,7 +11,7 @@ it on the connection: nothing else runs SQL.
 Every operation runs in one transaction that takes the locks it needs
 before it reads, so that two workers cannot claim one job and a transition
 and its audit row are committed together or not at all. `JobStore` calls
-the operations from a worker thread, one at a time.
+the operations from a worker thread, one at a time per connection.
 """
 
 from __future__ import annotations
@@ -73,6 +73,13 @@ class Connection(Protocol):
 
     def update(self, sql: str, args: Sequence[Any]) -> int:
         """Run one ``UPDATE``, rendered; return how many rows it changed."""
+        ...
+
+    def another(self) -> Connection | None:
+        """A second connection to the same store, or None if one is all it serves.
+
+        The tables exist already; an error opening it is an outage.
+        """
         ...
 
     def begin(self) -> None:

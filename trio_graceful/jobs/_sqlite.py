@@ -137,6 +137,10 @@ class SQLiteConnection:
                     raise
             wait = min(2 * wait, _LONGEST_WAIT)
 
+    def another(self) -> None:
+        """None: a SQLite file has one writer at a time; a second would wait."""
+        return None
+
     def begin(self) -> None:
         self.check()
         self.execute("BEGIN IMMEDIATE")

@@ -3,7 +3,8 @@
 `JobStore` checks every argument in the Trio thread, reads the clock there
 (so that tests can run the store under Trio's mock clock), and runs the
 store's synchronous operations (`_client`, `_holding`, `_leases`) in a
-worker thread, one call at a time per store. `open_store` (in `_open`) picks
+worker thread, one call at a time per connection; the endings of jobs are
+committed in groups (`_groupcommit`). `open_store` (in `_open`) picks
 the store from a URL.
 """
 
@@ -12,13 +13,15 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 import attrs
 import trio
 
 from . import _client, _holding, _leases
 from ._exceptions import StoreError
+from ._groupcommit import GroupCommits, StoreStatistics
+from ._holding import ClaimRequest, GroupedEnding, Settled
 from ._jobchecks import (
     check_count,
     check_duration,
@@ -31,7 +34,7 @@ from ._jobchecks import (
 from ._jsonrule import check_object
 from ._records import AuditEvent, JobEnding, JobRecord
 from ._serial import SerialCalls
-from ._sql import Database
+from ._sql import Connection, Database
 from ._states import JobEvent
 
 P = ParamSpec("P")
@@ -64,16 +67,67 @@ class JobStore:
     _offload: bool = True
     _calls: SerialCalls = attrs.field(factory=SerialCalls, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    _endings: GroupCommits = attrs.field(init=False)
+    # A second connection, for every query but the endings' groups (PostgreSQL,
+    # once a worker runs several jobs: see reserve_connections).
+    _side: Database | None = attrs.field(default=None, init=False)
+    _side_calls: SerialCalls = attrs.field(factory=SerialCalls, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._endings = GroupCommits(self._db, self._calls, self._offload)
 
     def now(self) -> float:
         """The store's current time. Not a checkpoint."""
         return self._clock()
 
-    async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    async def _call(
+        self,
+        fn: Callable[Concatenate[Database, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
         if self._closed:
             raise StoreError("the job store is closed")
-        call = functools.partial(fn, *args, **kwargs)
-        return await self._calls.run(call, offload=self._offload)
+        db, calls = self._db, self._calls
+        if self._side is not None:
+            db, calls = self._side, self._side_calls
+        call = functools.partial(fn, db, *args, **kwargs)
+        return await calls.run(call, offload=self._offload)
+
+    async def reserve_connections(self, *, concurrency: int) -> None:
+        """Open the connections a worker running ``concurrency`` jobs needs.
+
+        A SQLite store has one connection: one process writes the file at a
+        time. A PostgreSQL store has one (and one that listens); for
+        ``concurrency`` above 1 it opens a second, which carries every
+        query but the groups of endings (`JobStore.statistics`): claims,
+        lease renewals, progress, cancel requests, rescues and reads
+        never wait behind a group's transaction. Above 1, on every store,
+        an ending that takes the store's turn lets the endings already on
+        their way join its group (see "Endings are committed in groups" in
+        the how-to). Calling it again changes nothing. This is a checkpoint.
+
+        Raises:
+            Exception: psycopg's ``OperationalError`` if the server cannot
+                be reached: an outage (`is_outage`), to retry.
+        """
+        concurrency = check_count(concurrency, argument="concurrency")
+        if self._closed:
+            raise StoreError("the job store is closed")
+        if concurrency > 1:
+            self._endings.gather = True
+        if concurrency == 1 or self._side is not None or not self._offload:
+            await trio.lowlevel.checkpoint()
+            return
+        another = await trio.to_thread.run_sync(self._db.connection.another)
+        if another is not None:
+            self._adopt(another)
+
+    def _adopt(self, another: Connection) -> None:
+        if self._closed or self._side is not None:  # closed, or raced, meanwhile
+            another.close()
+        else:
+            self._side = Database(another)
 
     @property
     def listens(self) -> bool:
@@ -133,7 +187,6 @@ class JobStore:
         max_attempts = check_count(max_attempts, argument="max_attempts")
         return await self._call(
             _client.submit,
-            self._db,
             kind,
             checked,
             timeout=timeout,
@@ -165,9 +218,7 @@ class JobStore:
         """
         worker = check_text(worker, argument="worker")
         options = claim_options(lease, stale_after, kinds, incarnation)
-        return await self._call(
-            _holding.claim, self._db, worker, now=self.now(), **options
-        )
+        return await self._call(_holding.claim, worker, now=self.now(), **options)
 
     async def claim_many(
         self,
@@ -188,7 +239,6 @@ class JobStore:
         limit = check_count(limit, argument="limit")
         return await self._call(
             _holding.claim_many,
-            self._db,
             worker,
             now=self.now(),
             limit=limit,
@@ -229,15 +279,20 @@ class JobStore:
             changes=changes,
             traceback=traceback,
         )
-        limit = check_count(limit, argument="limit")
-        return await self._call(
-            _holding.finish_then_claim,
-            self._db,
-            ending,
-            now=self.now(),
-            limit=limit,
-            **options,
-        )
+        claim = ClaimRequest(limit=check_count(limit, argument="limit"), **options)
+        return await self._end(ending, claim)
+
+    async def _end(self, ending: JobEnding, claim: ClaimRequest | None) -> Settled:
+        if self._closed:
+            raise StoreError("the job store is closed")
+        return await self._endings.write(GroupedEnding(ending, self.now(), claim))
+
+    def statistics(self) -> StoreStatistics:
+        """A `StoreStatistics` snapshot: how the endings were grouped.
+
+        Not a checkpoint.
+        """
+        return self._endings.statistics()
 
     async def take_over(
         self, worker: str, *, incarnation: str, lease: float
@@ -251,7 +306,6 @@ class JobStore:
         """
         return await self._call(
             _leases.take_over,
-            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             lease=check_duration(lease, argument="lease"),
@@ -268,7 +322,6 @@ class JobStore:
         """
         return await self._call(
             _leases.release_strays,
-            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             held=held,  # a live view, read when the store's turn comes (Claims)
@@ -309,7 +362,8 @@ class JobStore:
             changes=changes,
             traceback=traceback,
         )
-        return await self._call(_holding.finish, self._db, ending, now=self.now())
+        done, _ = await self._end(ending, None)
+        return done
 
     async def save_progress(
         self, job_id: str, progress: Mapping[str, Any], *, worker: str, attempt: int
@@ -324,7 +378,6 @@ class JobStore:
         attempt = check_count(attempt, argument="attempt")
         await self._call(
             _holding.save_progress,
-            self._db,
             job_id,
             checked,
             worker=worker,
@@ -344,14 +397,12 @@ class JobStore:
             JobNotFoundError: if there is no such job.
         """
         job_id = check_job_id(job_id)
-        return await self._call(
-            _client.request_cancel, self._db, job_id, now=self.now()
-        )
+        return await self._call(_client.request_cancel, job_id, now=self.now())
 
     async def cancel_requests(self, worker: str) -> list[str]:
         """Ids of the running jobs of ``worker`` whose cancellation was requested."""
         worker = check_text(worker, argument="worker")
-        return await self._call(_holding.cancel_requests, self._db, worker)
+        return await self._call(_holding.cancel_requests, worker)
 
     async def renew_lease(
         self, worker: str, *, lease: float, incarnation: str | None = None
@@ -364,7 +415,6 @@ class JobStore:
         """
         await self._call(
             _leases.renew_lease,
-            self._db,
             check_text(worker, argument="worker"),
             now=self.now(),
             lease=check_duration(lease, argument="lease"),
@@ -374,11 +424,11 @@ class JobStore:
     async def drop_lease(self, worker: str) -> None:
         """Remove ``worker``'s lease: it holds no jobs any more."""
         worker = check_text(worker, argument="worker")
-        await self._call(_leases.drop_lease, self._db, worker)
+        await self._call(_leases.drop_lease, worker)
 
     async def leases(self) -> dict[str, float]:
         """When each live worker's lease expires, by worker id."""
-        return await self._call(_leases.leases, self._db)
+        return await self._call(_leases.leases)
 
     async def rescue(self, *, rescuer: str) -> list[JobRecord]:
         """Settle the jobs of every worker whose lease has expired.
@@ -390,9 +440,7 @@ class JobStore:
         never does. Returns the jobs changed.
         """
         rescuer = check_text(rescuer, argument="rescuer")
-        return await self._call(
-            _leases.rescue, self._db, now=self.now(), rescuer=rescuer
-        )
+        return await self._call(_leases.rescue, now=self.now(), rescuer=rescuer)
 
     async def get(self, job_id: str) -> JobRecord:
         """The job's record.
@@ -402,7 +450,7 @@ class JobStore:
             JobNotFoundError: if there is no such job.
         """
         job_id = check_job_id(job_id)
-        return await self._call(self._db.get, job_id)
+        return await self._call(Database.get, job_id)
 
     async def jobs(self, ids: Sequence[str] | None = None) -> list[JobRecord]:
         """The records of ``ids`` in that order, or of all jobs, oldest first.
@@ -418,7 +466,7 @@ class JobStore:
             if isinstance(ids, str) or not isinstance(cast("object", ids), Sequence):
                 raise TypeError(f"ids must be a sequence of job ids, not {ids!r}")
             ids = [check_job_id(job_id) for job_id in ids]
-        return await self._call(_client.jobs, self._db, ids)
+        return await self._call(_client.jobs, ids)
 
     async def events(self, job_id: str | None = None) -> list[AuditEvent]:
         """The audit log, of one job or of all, oldest first.
@@ -429,7 +477,7 @@ class JobStore:
         """
         if job_id is not None:
             job_id = check_job_id(job_id)
-        return await self._call(_client.events, self._db, job_id)
+        return await self._call(_client.events, job_id)
 
     def is_outage(self, exc: BaseException) -> bool:
         """True if ``exc``, raised by this store, means it is away for now.
@@ -456,6 +504,8 @@ class JobStore:
         if not self._closed:
             self._closed = True
             self._db.close()
+            if self._side is not None:
+                self._side.close()
 
     def __enter__(self) -> Self:
         """``with open_store(url) as store:`` closes the store after the block."""

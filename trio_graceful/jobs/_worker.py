@@ -191,6 +191,10 @@ class Worker:
             StoreGoneError: if the SQLite file was deleted or replaced.
         """
         self._access.lifecycle = _current_lifecycle()
+        await self._access.call(
+            "connecting",
+            lambda: self.store.reserve_connections(concurrency=self.concurrency),
+        )
         taken = await self._access.call(
             "taking over its id",
             lambda: self.store.take_over(
