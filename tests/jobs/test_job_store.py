@@ -23,6 +23,8 @@ from trio_graceful.jobs import (
     WorkerReplacedError,
     open_store,
 )
+from trio_graceful.jobs._sql import Database
+from trio_graceful.jobs._sqlite import SQLiteConnection
 
 S = JobState
 
@@ -316,3 +318,21 @@ async def test_a_store_of_an_earlier_release_keeps_its_lease_table(
     columns = [row[1] for row in db.execute("PRAGMA table_info(job_workers)")]
     db.close()
     assert columns == ["id", "expires_at"]
+
+
+def test_a_commit_that_fails_rolls_its_transaction_back() -> None:
+    # SQLite keeps the transaction open when its COMMIT fails (here a
+    # deferred foreign key); the next transaction must still begin.
+    db = Database(SQLiteConnection(":memory:"))
+    db.execute("PRAGMA foreign_keys = ON")
+    db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    db.execute(
+        "CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER"
+        " REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), db.transaction():
+        db.execute("INSERT INTO child VALUES (1, 99)")
+    with db.transaction():
+        db.execute("INSERT INTO parent VALUES (99)")
+    assert db.execute("SELECT id FROM child") == []
+    assert db.execute("SELECT id FROM parent") == [(99,)]

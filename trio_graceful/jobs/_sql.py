@@ -151,10 +151,12 @@ class Database:
         self.connection.begin()
         try:
             yield
+            # Inside: a COMMIT that fails may leave the transaction open
+            # (SQLite keeps it after a deferred constraint or I/O error).
+            self.execute("COMMIT")
         except BaseException:
             self.connection.rollback()
             raise
-        self.execute("COMMIT")
 
     def now(self, now: float) -> float:
         """The time to record: the caller's clock unless the database keeps its own."""

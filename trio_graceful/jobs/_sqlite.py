@@ -146,7 +146,8 @@ class SQLiteConnection:
         self.execute("BEGIN IMMEDIATE")
 
     def rollback(self) -> None:
-        # A failed COMMIT or BEGIN leaves no transaction to roll back.
+        # A failed BEGIN, or a COMMIT that ended the transaction anyway,
+        # leaves nothing to roll back.
         if self._db.in_transaction:
             self.execute("ROLLBACK")
 
