@@ -357,14 +357,15 @@ def run(
     output: Path | None,
     stores: Sequence[str] = STORES,
     jobs: int | None = None,
+    rounds: int | None = None,
 ) -> dict[str, Any]:
     """Measure every case; write the results to ``output`` (if given) and print.
 
     ``postgres``: the URL of a server to use (it gets one database per
     library, dropped first if it exists); without it, one is started.
     """
-    n, rounds = (20, 1) if quick else (500, 10)
-    n = jobs or n
+    n = jobs or (20 if quick else 500)
+    rounds = rounds or (1 if quick else 10)
     available = [OURS]
     skipped: dict[str, str] = {}
     for library in (PROCRASTINATE, PGQUEUER):

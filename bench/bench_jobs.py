@@ -340,6 +340,9 @@ def main() -> None:
         "--jobs", type=int, default=None, help="jobs per round, with --peers"
     )
     parser.add_argument(
+        "--rounds", type=int, default=None, help="rounds per case, with --peers"
+    )
+    parser.add_argument(
         "--render",
         type=Path,
         metavar="RESULTS_JSON",
@@ -393,7 +396,11 @@ def main() -> None:
         if output is None and not args.quick:
             output = _jobs_versus.RESULTS
         _jobs_versus.run(
-            quick=args.quick, postgres=args.postgres, output=output, jobs=args.jobs
+            quick=args.quick,
+            postgres=args.postgres,
+            output=output,
+            jobs=args.jobs,
+            rounds=args.rounds,
         )
         return None
     if args.child_inline:
