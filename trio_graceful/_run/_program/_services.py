@@ -225,10 +225,14 @@ class ServiceStack:
         entry = _Entry(service, sender)
         self._bundle.start_soon(self._run, entry, async_fn, inbox, args, name=service)
         self._entries.append(entry)
+        waited = False
         try:
             await entry.settled.wait()
+            waited = True
         finally:
-            if not entry.settled.is_set():
+            # Cancelled, even in the instant the service became ready: no
+            # one holds it now, so it stops.
+            if not waited:
                 entry.abandoned = True
                 logger.debug("service %r: its start was cancelled; STOP", service)
                 entry.stop()
