@@ -226,3 +226,26 @@ def test_started_twice_is_an_error_of_the_service():
         await current_runner().start_service(twice)
 
     assert run(main) == 0
+
+
+def test_a_start_cancelled_in_the_instant_the_service_is_ready_stops_it():
+    timeline = Timeline()
+    caller = trio.CancelScope()
+
+    async def service(
+        inbox: InboxReceiver[Any], *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        await trio.sleep(1)
+        caller.cancel()  # both at once: the caller sees only its cancellation
+        task_status.started()
+        assert await inbox.receive() is STOP
+        timeline("service got STOP")
+
+    async def main() -> None:
+        with caller:
+            await current_runner().start_service(service)
+        timeline("caller cancelled")
+        await trio.sleep(5)
+
+    assert run(main) == 0
+    assert timeline.events == [(1, "caller cancelled"), (1, "service got STOP")]
