@@ -255,6 +255,34 @@ async def test_startup_timeout_bounds_the_lifespan_startup(
         assert trio.current_time() == 4
 
 
+async def test_stop_cuts_a_lifespan_startup_short(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        await trio.sleep_forever()  # a startup that hangs
+
+    async with trio_graceful.open_bundle() as bundle:
+        sender, inbox = bundle.open_inbox()
+
+        async def stop_at(seconds: float) -> None:
+            await trio.sleep(seconds)
+            sender.stop()  # as a runner does to a service still starting
+
+        bundle.start_soon(stop_at, 3)
+        with pytest.raises(RuntimeError, match=r"without calling task_status\.started"):
+            await bundle.start(
+                functools.partial(
+                    trio_graceful.asgi.serve_asgi,
+                    inbox,
+                    app,
+                    config=_config(bind="127.0.0.1:0", startup_timeout=60),
+                )
+            )
+        # At the STOP, not at the startup timeout nor at a hard deadline.
+        assert trio.current_time() == 3
+
+
 async def test_shutdown_timeout_bounds_the_lifespan_shutdown(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -747,11 +747,16 @@ def test_signal_during_startup_cancels_it_and_rolls_back():
             timeline(f"main cancelled, {runner.lifecycle.state.value}")
 
     assert run(main) == 130  # interrupted, not a failed startup
+    # b, still starting, gets STOP rather than a hard cancel: it reads it
+    # once ready, and a stops after it.
     assert timeline.events == [
         (1, "a ready"),
         (1, "main cancelled, shutting down"),
-        (1, "a got STOP"),
-        (1, "a stopped"),
+        (2, "b ready"),
+        (2, "b got STOP"),
+        (2, "b stopped"),
+        (2, "a got STOP"),
+        (2, "a stopped"),
     ]
 
 

@@ -1,7 +1,9 @@
 """Helpers for the worker tests: the supervisor's process, and HTTP load.
 
 `open_supervisor` runs ``python -m trio_graceful.asgi`` (or any supervisor
-command) with its log in a pipe, and waits until its workers are ready;
+command) with its log in a pipe, and waits until its workers and then the
+supervisor itself are ready (its ``READY=1`` on a ``NOTIFY_SOCKET`` of the
+helper's own);
 `run_load` drives raw h11 keep-alive clients against it (every fourth one
 pipelines two requests, each reconnects when its connection closes) and
 counts what went wrong. Every wait is for a log line or a state, bounded
@@ -16,8 +18,10 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
@@ -50,6 +54,28 @@ class Supervisor(ProcessLog):
     """The supervisor's process and its log."""
 
     port: int = 0
+    notifications: list[dict[str, str]] = attrs.field(factory=list)
+    """The messages the supervisor sent to the helper's ``NOTIFY_SOCKET``."""
+    ready: trio.Event = attrs.field(factory=trio.Event)
+    """Set at the supervisor's ``READY=1``."""
+
+    async def read_notifications(
+        self,
+        manager: trio.socket.SocketType,
+        *,
+        task_status: trio.TaskStatus[trio.CancelScope],
+    ) -> None:
+        """Keep the messages sent to ``manager``, as a service manager would."""
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            while True:
+                datagram = await manager.recv(4096)
+                message = dict(
+                    line.split("=", 1) for line in datagram.decode().splitlines()
+                )
+                self.notifications.append(message)
+                if message.get("READY") == "1":
+                    self.ready.set()
 
     def worker_pids(self, state: str = "ready") -> dict[int, int]:
         """Worker number -> pid, for each worker whose log line says ``state``."""
@@ -79,36 +105,60 @@ async def open_supervisor(
     command: Sequence[str],
     *,
     workers: int,
+    ready: bool = True,
     env: Mapping[str, str] | None = None,
     pass_fds: Sequence[int] = (),
 ) -> AsyncIterator[Supervisor]:
     """Start ``command``; yield it once ``workers`` workers are ready.
 
-    A process still running on the way out (a test failed) is killed, with
-    its workers.
+    With ``ready``, wait too for the supervisor's own ``READY=1`` on a
+    ``NOTIFY_SOCKET`` of the helper's: the workers say they are ready a
+    moment before the supervisor counts them, and a test that signals it in
+    between would test another case. Without, ``env`` may name a
+    ``NOTIFY_SOCKET`` of the test's. A process still running on the way out
+    (a test failed) is killed, with its workers.
     """
     environment = {**os.environ, **(env or {})}
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(SUPPORT.parents[1]), environment.get("PYTHONPATH", "")]
     )
-    process = await trio.lowlevel.open_process(
-        list(command), stderr=subprocess.PIPE, env=environment, pass_fds=pass_fds
-    )
-    supervisor = Supervisor(process)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(supervisor.read_log)
-            [listening] = await supervisor.wait_for(r"listening on [^ ]*:(\d+) ")
-            supervisor.port = int(listening.group(1))
-            await supervisor.wait_for(r"\) ready$", workers)
-            yield supervisor
+    with contextlib.ExitStack() as stack:
+        manager = None
+        if ready:
+            assert "NOTIFY_SOCKET" not in (env or {}), "the helper listens there"
+            folder = stack.enter_context(tempfile.TemporaryDirectory())
+            manager = stack.enter_context(
+                trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            )
+            await manager.bind(os.path.join(folder, "notify"))
+            environment["NOTIFY_SOCKET"] = manager.getsockname()
+        process = await trio.lowlevel.open_process(
+            list(command), stderr=subprocess.PIPE, env=environment, pass_fds=pass_fds
+        )
+        supervisor = Supervisor(process)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(supervisor.read_log)
+                notifying = trio.CancelScope()
+                if manager is not None:
+                    notifying = await nursery.start(
+                        supervisor.read_notifications, manager
+                    )
+                [listening] = await supervisor.wait_for(r"listening on [^ ]*:(\d+) ")
+                supervisor.port = int(listening.group(1))
+                await supervisor.wait_for(r"\) ready$", workers)
+                if ready:
+                    with trio.fail_after(PATIENCE):
+                        await supervisor.ready.wait()
+                yield supervisor
+                supervisor.kill_everything()
+                notifying.cancel()
+        finally:
             supervisor.kill_everything()
-    finally:
-        supervisor.kill_everything()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            assert process.stderr is not None
-            await process.stderr.aclose()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+                assert process.stderr is not None
+                await process.stderr.aclose()
 
 
 @attrs.define

@@ -66,7 +66,9 @@ async def test_a_reload_tells_the_service_manager_reloading_then_ready(
 
         command = asgi_command("--bind", "127.0.0.1:0", "--workers", "2")
         env = {"NOTIFY_SOCKET": path}
-        async with open_supervisor(command, workers=2, env=env) as supervisor:
+        async with open_supervisor(
+            command, workers=2, ready=False, env=env
+        ) as supervisor:
             while "READY" not in (ready := await message()):
                 pass
             assert ready["READY"] == "1"

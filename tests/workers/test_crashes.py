@@ -1,4 +1,5 @@
-"""Workers that end unexpectedly, scale changes and the second signal.
+"""Workers that end unexpectedly, scale changes, a stop during the startup and
+the second signal.
 
 Real processes, signals and sockets. Every wait is for a log line; the
 bounds are only guards against a hang.
@@ -14,7 +15,9 @@ import sys
 import pytest
 import trio
 
+from tests.support.processes import PATIENCE
 from tests.support.workers import (
+    APP,
     SUPPORT,
     asgi_command,
     get_status,
@@ -73,7 +76,7 @@ async def test_a_crash_loop_reaches_the_restart_intensity_and_stops_the_service(
         sys.executable,
         str(SUPPORT / "workers_crashing.py"),
     ]
-    async with open_supervisor(command, workers=0) as supervisor:
+    async with open_supervisor(command, workers=0, ready=False) as supervisor:
         assert await supervisor.exit_status() == 1
     [line] = supervisor.lines_matching(r"^trio_graceful.workers: workers ended")
     assert re.search(
@@ -110,6 +113,47 @@ async def test_sigttin_adds_a_worker_and_sigttou_removes_one_drained():
     assert not supervisor.lines_matching("ended unexpectedly")
     # A worker added is counted once ready: the service was never degraded.
     assert not supervisor.lines_matching("degraded")
+
+
+async def test_a_stop_between_the_workers_readiness_and_the_services_drains_them():
+    # The workers accept already; the service is held before it is ready
+    # itself (as it is for a moment in every start).
+    worker = [sys.executable, "-m", "trio_graceful.asgi._workermain", APP]
+    command = [
+        *(sys.executable, "-m", "tests.support.workers_program"),
+        *("--workers", "2", "--hold", "--"),
+        *(*worker, "--app-dir", str(SUPPORT), "--grace", "60"),
+    ]
+    async with open_supervisor(command, workers=2, ready=False) as supervisor:
+        await supervisor.wait_for("holding: the workers are ready, the service is not")
+        pids = supervisor.worker_pids()
+        received = b""
+        async with await trio.open_tcp_stream("127.0.0.1", supervisor.port) as stream:
+            # Pipelined: once the first is answered, its worker has received
+            # the second too.
+            await stream.send_all(
+                b"GET /work?ms=0&id=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /work?ms=1000&id=2 HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            with trio.fail_after(PATIENCE):
+                while b'{"id":"1"}' not in received:
+                    received += await stream.receive_some()
+                supervisor.signal(signal.SIGTERM)
+                while chunk := await stream.receive_some():
+                    received += chunk
+        assert await supervisor.exit_status() == 0
+    # Both workers got STOP, and the request in flight was answered, the
+    # last on its connection; nothing was killed.
+    assert len(supervisor.lines_matching(r"\) stopping \(the service stops\)$")) == 2
+    assert received.count(b"HTTP/1.1 200 ") == 2, received
+    assert received.endswith(b'{"id":"2"}'), received
+    assert b"connection: close" in received.lower(), received
+    assert not supervisor.lines_matching("SIGKILL")
+    assert not supervisor.lines_matching("ended unexpectedly")
+    for number, pid in pids.items():
+        [_] = supervisor.lines_matching(
+            rf"worker {number} \(pid {pid}, generation 0\) exited with status 0$"
+        )
 
 
 async def test_a_second_signal_kills_the_draining_workers_at_once():

@@ -116,8 +116,10 @@ async def serve_asgi(
     It is ready (``task_status.started``, with the `AsgiServer`) once the
     app's lifespan has started and the server listens.
 
-    At STOP: the listeners close (the connections in their queues are
-    served, not reset); every request already received is answered,
+    A STOP that comes while the app's lifespan starts cuts the startup
+    short: nothing has been served, and `serve_asgi` returns without being
+    ready. At STOP once ready: the listeners close (the connections in
+    their queues are served, not reset); every request already received is answered,
     requests pipelined behind it included, and the last response on each
     HTTP/1.1 connection carries ``Connection: close``; idle keep-alive
     connections close (FIN) once their client has had a second since its
@@ -210,7 +212,10 @@ async def _serve(
                 lifespan = AppLifespan(state)
                 # Before the lifespan: its tasks may wait for STOP too.
                 enter_drain(state.drain)
-                await lifespan.start(nursery)
+                stopped = await _start_unless_stopped(lifespan, nursery, inbox)
+                if stopped is None:
+                    nursery.cancel_scope.cancel()
+                    return
                 async with open_bundle(name="connections") as connections:
                     for listener, url in zip(listeners, server.urls, strict=True):
                         connections.start_soon(
@@ -221,7 +226,7 @@ async def _serve(
                             name=f"accept on {url}",
                         )
                     task_status.started(server)
-                    while await inbox.receive() is not STOP:
+                    while not stopped and await inbox.receive() is not STOP:
                         pass  # nothing but STOP is meant for a server
                     await drain_server(
                         state,
@@ -248,3 +253,37 @@ def _one_error() -> Generator[None]:
         if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
             raise errors[0] from None
         raise
+
+
+async def _start_unless_stopped(
+    lifespan: AppLifespan, nursery: trio.Nursery, inbox: InboxReceiver[Any]
+) -> bool | None:
+    """Start the app's lifespan; return whether STOP came meanwhile.
+
+    A STOP that comes while the app starts (the runner sends it to a service
+    still starting) cuts the startup short, and None is returned: nothing
+    has been served yet, so nothing is left to drain, and a startup that
+    hangs (a database that does not answer) must not hold the stop up until
+    the hard deadline. This is a checkpoint.
+    """
+    stopped = False
+    starting, watching = trio.CancelScope(), trio.CancelScope()
+
+    async def cut_short_at_stop() -> None:
+        nonlocal stopped
+        with watching:
+            while await inbox.receive() is not STOP:
+                pass  # nothing but STOP is meant for a server
+            stopped = True
+            starting.cancel()
+
+    # In the lifespan's nursery, so that the app's errors leave as they are.
+    nursery.start_soon(cut_short_at_stop, name="<STOP during the startup>")
+    try:
+        with starting:
+            await lifespan.start(nursery)
+    finally:
+        watching.cancel()
+    if starting.cancelled_caught:
+        return None
+    return stopped

@@ -452,10 +452,11 @@ async def serve_workers(
     (``trio_graceful.workers``) has a line for each worker's start, readiness,
     stop and end, with its number, process id and generation.
 
-    At STOP every worker gets STOP at once, and `serve_workers` returns when
-    all have ended. They drain within the hard deadline of the calling task
-    (the runner's grace, after its drain delay): at that deadline, the
-    workers still running get SIGKILL. This is a checkpoint.
+    At STOP every worker gets STOP at once, also while the first workers
+    are still starting, and `serve_workers` returns when all have ended.
+    They drain within the hard deadline of the calling task (the runner's
+    grace, after its drain delay): at that deadline, the workers still
+    running get SIGKILL. This is a checkpoint.
 
     Args:
         inbox (InboxReceiver): Where STOP arrives (a runner's service gets one).

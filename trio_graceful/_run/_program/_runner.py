@@ -250,7 +250,11 @@ class Runner(metaclass=NoPublicConstructor):
         the runner's ``startup_timeout``, and an error makes the startup fail
         (unless ``main`` catches it): the services already started are then
         stopped, in reverse order. A service that raises once ready makes the
-        program shut down with `ExitCodes.error`. This is a checkpoint.
+        program shut down with `ExitCodes.error`. If this call is cancelled
+        before the service is ready (a signal during the startup), the
+        service gets STOP, not a hard cancel, and is stopped in its place
+        among the others under the shutdown's deadline; an error it raises
+        then is the service's failure. This is a checkpoint.
 
         Args:
             async_fn: The service's async function.

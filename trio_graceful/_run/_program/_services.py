@@ -5,12 +5,21 @@ and runs until `STOP` reaches its own inbox. A *resource* is an async context
 manager; it is held open by a small service of its own, so that both kinds
 share one ordered list and one stop sequence:
 
-* ``start`` runs a service until it is ready and appends it to the list; if it
-  raises before it is ready, the error goes to the caller and nothing is
-  appended (the caller decides whether that fails the program).
+* ``start`` appends a service to the list and runs it until it is ready; if
+  it raises before it is ready, the error goes to the caller (who decides
+  whether that fails the program) and the service leaves the list.
 * ``stop(deadline)`` sends STOP to the last service, waits for it to end,
   then the one before, and so on; at ``deadline`` the bundle hard-cancels
   whatever is left. One deadline bounds the whole sequence.
+
+A service runs in the bundle from its first line, not under the caller of
+``start`` as a child of `trio.Nursery.start` would: a service that is still
+starting has begun to build what it stops gracefully (a worker process that
+accepts already, say), so it takes the graceful path too. If the caller is
+cancelled (the shutdown began during the startup), the service gets STOP at
+once instead of a hard cancel, and stays in the list, which waits for it
+until the deadline like any other; its value, if it becomes ready, is
+dropped, and an error it raises then is a failure of the service.
 
 All services run as children of one bundle, so a hard cancel of that bundle
 ends every one of them at once.
@@ -29,7 +38,7 @@ from ..._core._bundle import Bundle
 from ..._core._checks import check_name
 from ..._core._inbox import InboxReceiver, InboxSender, open_inbox
 from ..._core._log import library_logger
-from ..._core._lowlevel import ForwardingTaskStatus
+from ..._core._startable import check_startable
 
 logger = library_logger("trio_graceful.runner")
 
@@ -100,7 +109,41 @@ def _name_of(async_fn: Callable[..., object]) -> str:
 class _Entry:
     name: str
     sender: InboxSender[Any]
+    ready: bool = False
+    value: object = None
+    """What the service passed to ``task_status.started()``."""
+    error: BaseException | None = None
+    """What it raised before it was ready, for the caller of ``start``."""
+    abandoned: bool = False
+    """The caller of ``start`` was cancelled first: the service got STOP."""
+    returned: bool = False
+    """It returned without raising (ready or not)."""
+    settled: trio.Event = attrs.field(factory=trio.Event)
+    """Set when the service is ready or has ended."""
     done: trio.Event = attrs.field(factory=trio.Event)
+
+    def stop(self) -> None:
+        # A service that closed its inbox will not see STOP; the deadline
+        # ends it.
+        if self.sender.statistics().open_receive_channels:
+            self.sender.stop()
+
+
+@final
+class _ServiceStatus(trio.TaskStatus[Any]):
+    """The ``task_status`` of a service: hands its value to the caller of ``start``."""
+
+    def __init__(self, entry: _Entry) -> None:
+        self._entry = entry
+
+    def started(self, value: Any = None) -> None:
+        entry = self._entry
+        if entry.ready:
+            raise RuntimeError("called 'started' twice on the same task status")
+        entry.ready = True
+        entry.value = value
+        entry.settled.set()
+        logger.debug("service %r is ready", entry.name)
 
 
 async def _hold(
@@ -141,13 +184,11 @@ class ServiceStack:
         return self._bundle
 
     @property
-    def names(self) -> list[str]:
-        """The names of the services that became ready, in start order."""
-        return [entry.name for entry in self._entries]
-
-    @property
     def running(self) -> list[str]:
-        """The names of the services that became ready and have not ended."""
+        """The names of the services that have not ended, in start order.
+
+        A service still starting is running: it is stopped like the others.
+        """
         return [entry.name for entry in self._entries if not entry.done.is_set()]
 
     def close(self, reason: str) -> None:
@@ -163,13 +204,18 @@ class ServiceStack:
     ) -> Any:
         """Start ``async_fn(inbox, *args, task_status=...)`` and wait until it is ready.
 
-        Returns what the service passed to ``task_status.started()``.
+        Returns what the service passed to ``task_status.started()``. If
+        this call is cancelled first, the service gets STOP, not a hard
+        cancel, and is stopped as the module says. This is a checkpoint.
 
         Raises:
-            RuntimeError: if the stack is closed.
+            RuntimeError: if the stack is closed, if the service returned
+                without calling ``task_status.started()``, or if it was
+                hard-cancelled before it was ready.
             Exception: whatever the service raised before it was ready.
         """
         check_name("name", name)
+        check_startable(async_fn)
         if self._closed_reason is not None:
             raise RuntimeError(self._closed_reason)
         service = name if name is not None else _name_of(async_fn)
@@ -177,12 +223,33 @@ class ServiceStack:
         inbox: InboxReceiver[Any]
         sender, inbox = open_inbox()
         entry = _Entry(service, sender)
-        value = await self._bundle.start(
-            self._run, entry, async_fn, inbox, args, name=service
-        )
+        self._bundle.start_soon(self._run, entry, async_fn, inbox, args, name=service)
         self._entries.append(entry)
-        logger.debug("service %r is ready", service)
-        return value
+        waited = False
+        try:
+            await entry.settled.wait()
+            waited = True
+        finally:
+            # Cancelled, even in the instant the service became ready: no
+            # one holds it now, so it stops.
+            if not waited:
+                entry.abandoned = True
+                logger.debug("service %r: its start was cancelled; STOP", service)
+                entry.stop()
+        if entry.ready:
+            return entry.value
+        self._entries.remove(entry)  # it ended before it was ready
+        error, entry.error = entry.error, None
+        if error is not None:
+            raise error
+        if entry.returned:
+            raise RuntimeError(
+                f"service {service!r} returned without calling task_status.started()"
+            )
+        raise RuntimeError(
+            f"service {service!r} was hard-cancelled before it called "
+            "task_status.started()"
+        )
 
     async def enter(
         self, manager: AbstractAsyncContextManager[T], name: str | None
@@ -221,10 +288,7 @@ class ServiceStack:
             if entry.done.is_set():
                 continue
             logger.debug("stopping service %r", entry.name)
-            # A service that closed its inbox will not see STOP; the deadline
-            # ends it.
-            if entry.sender.statistics().open_receive_channels:
-                entry.sender.stop()
+            entry.stop()
             await entry.done.wait()
 
     async def _run(
@@ -233,15 +297,16 @@ class ServiceStack:
         async_fn: Callable[..., Awaitable[object]],
         inbox: InboxReceiver[Any],
         args: tuple[object, ...],
-        *,
-        task_status: trio.TaskStatus[Any],
     ) -> None:
-        status = ForwardingTaskStatus(task_status)
         try:
-            await async_fn(inbox, *args, task_status=status)
+            await async_fn(inbox, *args, task_status=_ServiceStatus(entry))
         except (Exception, SystemExit) as exc:
-            if not status.started_called:
-                raise  # to the caller of start()
-            self._on_failure(entry.name, exc)
+            if entry.ready or entry.abandoned:
+                self._on_failure(entry.name, exc)
+            else:
+                entry.error = exc  # to the caller of start()
+        else:
+            entry.returned = True
         finally:
             entry.done.set()
+            entry.settled.set()
