@@ -1,9 +1,10 @@
 """A PostgreSQL server of the bench's own: started, given databases, stopped.
 
-As the tests start theirs (``tests/support/postgres.py``), from a temporary
-directory with its socket there and no TCP port, as the ``postgres`` system
-user when run as root; but with ``fsync`` on, PostgreSQL's default, since
-what a durable job costs is what is measured.
+From a temporary directory with its socket there and no TCP port, as the
+``postgres`` system user when run as root (the server refuses root). The
+bench keeps ``fsync`` on, PostgreSQL's default, since what a durable job
+costs is what is measured; the tests start theirs here too
+(``tests/support/postgres.py``), with ``fsync`` off.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import subprocess
 import tempfile
 import urllib.parse
 from collections.abc import Iterator
-
-import psycopg
-from psycopg import sql
 
 
 def bin_dir() -> str | None:
@@ -37,12 +35,16 @@ def _as_server_user(args: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def started_server() -> Iterator[str]:
-    """Start a server; yield the URL of its ``postgres`` database; stop it."""
+def started_server(*, settings: str = "", stop: str = "fast") -> Iterator[str]:
+    """Start a server; yield the URL of its ``postgres`` database; stop it.
+
+    ``settings``: more ``-c name=value`` options for the server; ``stop``:
+    the ``pg_ctl stop`` mode.
+    """
     where = bin_dir()
     if where is None:
         raise SystemExit("PostgreSQL is not installed: apt-get install -y postgresql")
-    home = tempfile.mkdtemp(prefix="trio-graceful-bench-pg-")
+    home = tempfile.mkdtemp(prefix="trio-graceful-pg-")
     data = os.path.join(home, "data")
     if os.geteuid() == 0:
         shutil.chown(home, "postgres")
@@ -53,7 +55,7 @@ def started_server() -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    options = f"-k {home} -c listen_addresses='' -c max_connections=200"
+    options = f"-k {home} -c listen_addresses='' -c max_connections=200 {settings}"
     subprocess.run(
         _as_server_user(
             [
@@ -68,7 +70,7 @@ def started_server() -> Iterator[str]:
         yield f"postgresql://postgres@/postgres?host={home}"
     finally:
         subprocess.run(
-            _as_server_user([f"{where}/pg_ctl", "-D", data, "-m", "fast", "stop"]),
+            _as_server_user([f"{where}/pg_ctl", "-D", data, "-m", stop, "stop"]),
             check=False,
             capture_output=True,
         )
@@ -77,6 +79,10 @@ def started_server() -> Iterator[str]:
 
 def create_database(admin_url: str, name: str) -> str:
     """Create an empty database ``name`` (dropped first if it exists); its URL."""
+    # Here, not at the top: the tests start their server without psycopg.
+    import psycopg
+    from psycopg import sql
+
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(

@@ -8,16 +8,19 @@ need it are skipped with a message saying how to install them.
 
 from __future__ import annotations
 
-import glob
 import importlib.util
-import os
-import shutil
-import subprocess
-import tempfile
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+# The bench's server, started the same way (bench/ is scripts, not a package).
+BENCH = str(Path(__file__).resolve().parents[2] / "bench")
+if BENCH not in sys.path:
+    sys.path.append(BENCH)
+import _postgres  # noqa: E402
 
 INSTALL = (
     "PostgreSQL is not installed: apt-get install -y postgresql "
@@ -25,65 +28,14 @@ INSTALL = (
 )
 
 
-def _bin_dir() -> str | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if found:
-        return os.path.dirname(found[-1])
-    initdb = shutil.which("initdb")
-    return os.path.dirname(initdb) if initdb else None
-
-
-def _as_server_user(args: list[str]) -> list[str]:
-    if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--", *args]
-    return args
-
-
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """The connection URL of the server's ``postgres`` database."""
-    bin_dir = _bin_dir()
-    if bin_dir is None or importlib.util.find_spec("psycopg") is None:
+    if _postgres.bin_dir() is None or importlib.util.find_spec("psycopg") is None:
         pytest.skip(INSTALL)
-    home = tempfile.mkdtemp(prefix="trio-graceful-pg-")
-    data = os.path.join(home, "data")
-    if os.geteuid() == 0:
-        shutil.chown(home, "postgres")
-    subprocess.run(
-        _as_server_user(
-            [f"{bin_dir}/initdb", "-D", data, "-A", "trust", "-U", "postgres"]
-        ),
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        _as_server_user(
-            [
-                f"{bin_dir}/pg_ctl",
-                "-D",
-                data,
-                "-w",
-                "-l",
-                os.path.join(home, "log"),
-                "-o",
-                f"-k {home} -c listen_addresses='' -c fsync=off",
-                "start",
-            ]
-        ),
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield f"postgresql://postgres@/postgres?host={home}"
-    finally:
-        subprocess.run(
-            _as_server_user(
-                [f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "stop"]
-            ),
-            check=False,
-            capture_output=True,
-        )
-        shutil.rmtree(home, ignore_errors=True)
+    # fsync off: what is tested is what the server says, not the disk.
+    with _postgres.started_server(settings="-c fsync=off", stop="immediate") as url:
+        yield url
 
 
 @pytest.fixture
