@@ -112,6 +112,12 @@ class PostgresConnection:
             cursor.execute(sql, args)  # pyright: ignore[reportArgumentType]
             return cursor.rowcount
 
+    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        # psycopg sends them in one pipeline: one round trip, not one a row.
+        with self._db.cursor() as cursor:
+            cursor.executemany(sql, rows)  # pyright: ignore[reportArgumentType]
+            return cursor.rowcount
+
     def _connect(self) -> psycopg.Connection[Any]:
         import psycopg
         from psycopg.conninfo import make_conninfo
