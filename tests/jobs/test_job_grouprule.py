@@ -71,7 +71,7 @@ def store() -> tuple[Database, list[str]]:
         _client.submit(db, "k", {}, timeout=None, max_attempts=3, now=float(k))
         for k in range(RUNNING + QUEUED)
     ]
-    claimed = []
+    claimed: list[JobRecord] = []
     for worker in WORKERS:
         claimed += _holding.claim_many(
             db,
@@ -100,7 +100,7 @@ def members(ids: list[str], endings: Any) -> list[GroupedEnding]:
     # group's claims come after all its endings, a hand-back's job among
     # the queued.
     draining = any(event is JobEvent.REQUEUE for _, event, *_ in endings)
-    group = []
+    group: list[GroupedEnding] = []
     for k, event, own, held, incarnation, limit in endings:
         worker = HOLDER[k] if own else next(w for w in WORKERS if w != HOLDER[k])
         sets, traceback = changes(event, k)
