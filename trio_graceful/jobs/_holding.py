@@ -7,7 +7,9 @@ settles the job and claims the next ones in the same transaction
 settlement and a claim apart would take two. The endings of jobs that end
 together, with their claims, are one transaction too (`finish_group`,
 gathered by `_groupcommit`). A claim changes the rows it picked in one
-statement, and writes their audit rows in one more.
+statement, and writes their audit rows in one more; a group's endings read
+their rows in one statement, change them in one per set of columns, and
+write their audit rows in one more (`_finish_all`).
 """
 
 from __future__ import annotations
