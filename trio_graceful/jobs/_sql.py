@@ -106,8 +106,11 @@ class Connection(Protocol):
         """True if ``exc`` means the store is away for now, not a bug (`_outages`)."""
         ...
 
-    def wait_for_news(self, timeout: float) -> None:
-        """Block until another process notifies, or ``timeout`` seconds pass."""
+    def wait_for_news(self, timeout: float) -> list[str]:
+        """Block until another process notifies, or ``timeout`` seconds pass.
+
+        Returns the news heard (none after the timeout).
+        """
         ...
 
     def close(self) -> None:
