@@ -146,14 +146,48 @@ async def test_postgres_notifies_listening_workers(postgres_url: str) -> None:
         with open_store("sqlite:///:memory:") as plain:
             assert not plain.listens
         await listener.wait_for_news(0.01)  # LISTEN is in place from here on
+        assert await listener.wait_for_news(0.01) == []
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(listener.wait_for_news, 60)
+                heard: list[list[str]] = []
+
+                async def listen() -> None:
+                    heard.append(await listener.wait_for_news(60))
+
+                nursery.start_soon(listen)
                 await trio.sleep(0.2)
-                await client.submit("k")
+                job_id = await client.submit("k")
+            assert heard == [["submitted"]]
+            job = await client.claim("w", lease=60)
+            assert job is not None
+            await client.request_cancel(job_id)
+            # Delivered at the commit, and kept until the listener reads.
+            assert await listener.wait_for_news(60) == [f"cancel {job_id}"]
     finally:
         listener.close()
         client.close()
+
+
+@pytest.mark.realtime
+async def test_a_postgres_worker_hears_a_submission_by_notify(
+    postgres_url: str,
+) -> None:
+    """The worker polls once an hour, so only the NOTIFY can bring the job."""
+    ran = trio.Event()
+
+    async def quick(ctx: JobContext) -> None:
+        ran.set()
+
+    hour = 3600.0
+    with open_store(postgres_url) as client, open_store(postgres_url) as store:
+        await store.wait_for_news(0.01)  # LISTEN is in place from here on
+        worker = Worker(store, {"quick": quick}, poll_interval=hour, lease=hour)
+        with trio.fail_after(60):
+            async with serving(worker):
+                # Its first claim found nothing: it waits for news.
+                await trio.testing.wait_all_tasks_blocked()
+                await client.submit("quick")
+                await ran.wait()
 
 
 @pytest.mark.realtime

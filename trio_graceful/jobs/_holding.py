@@ -7,7 +7,9 @@ settles the job and claims the next ones in the same transaction
 settlement and a claim apart would take two. The endings of jobs that end
 together, with their claims, are one transaction too (`finish_group`,
 gathered by `_groupcommit`). A claim changes the rows it picked in one
-statement, and writes their audit rows in one more.
+statement, and writes their audit rows in one more; a group's endings read
+their rows in one statement, change them in one per set of columns, and
+write their audit rows in one more (`_finish_all`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from typing import Any
 import attrs
 import outcome
 
-from ._exceptions import IllegalJobTransitionError, LostJobError, WorkerReplacedError
+from ._exceptions import (
+    IllegalJobTransitionError,
+    JobNotFoundError,
+    LostJobError,
+    WorkerReplacedError,
+)
 from ._leases import lost_job_error, renew
 from ._records import JobEnding, JobRecord
 from ._schema import COLUMNS, record, updated
-from ._sql import Database
+from ._sql import Database, transition
 from ._states import JOB_TABLE, JobEvent, JobState
 
 
@@ -148,6 +155,10 @@ def finish_group(
     gets its error; the others are committed. Any other error (an outage, a
     bug) rolls the whole group back, and every ending gets it. Returns each
     ending's outcome, in order.
+
+    The statements are as many for a group as for one ending: each
+    worker's lease renewal, one read of the rows (`_finish_all`), their
+    changes and their audit rows, then each worker's claim.
     """
     refused: dict[int, BaseException] = {}
     done: dict[int, JobRecord] = {}
@@ -155,30 +166,33 @@ def finish_group(
     try:
         with db.transaction():
             clock = db.now(0.0) if db.dialect.clock is not None else None
+            times = [member.now if clock is None else clock for member in group]
             renewed: dict[tuple[str, str | None, float], WorkerReplacedError | None]
             renewed = {}
-            claims: dict[tuple[Any, ...], tuple[float, list[tuple[int, int]]]] = {}
+            endings: list[tuple[int, JobEnding, float]] = []
             for k, member in enumerate(group):
-                now = member.now if clock is None else clock
                 request, ending = member.claim, member.ending
-                try:
-                    if request is not None:
-                        key = (ending.worker, request.incarnation, request.lease)
-                        if key not in renewed:
-                            renewed[key] = _renew_or_error(
-                                db, ending.worker, now, request
-                            )
-                        replaced = renewed[key]
-                        if replaced is not None:
-                            raise replaced
-                    done[k] = _finish(db, ending, now)
-                except _REFUSALS as exc:
-                    refused[k] = exc
-                    continue
+                if request is not None:
+                    key = (ending.worker, request.incarnation, request.lease)
+                    if key not in renewed:
+                        renewed[key] = _renew_or_error(
+                            db, ending.worker, times[k], request
+                        )
+                    replaced = renewed[key]
+                    if replaced is not None:
+                        refused[k] = replaced
+                        continue
+                endings.append((k, member.ending, times[k]))
+            done = _finish_all(db, endings, refused)
+            claims: dict[tuple[Any, ...], tuple[float, list[tuple[int, int]]]] = {}
+            for k in sorted(done):
+                request, worker = group[k].claim, group[k].ending.worker
                 if request is not None and request.limit:
                     kinds = None if request.kinds is None else tuple(request.kinds)
-                    wanted = (ending.worker, request.stale_after, kinds)
-                    claims.setdefault(wanted, (now, []))[1].append((k, request.limit))
+                    wanted = (worker, request.stale_after, kinds)
+                    claims.setdefault(wanted, (times[k], []))[1].append(
+                        (k, request.limit)
+                    )
             for (worker, stale_after, kinds), (now, wanting) in claims.items():
                 total = sum(limit for _, limit in wanting)
                 jobs = _claim(db, worker, now, stale_after, kinds, total)
@@ -307,37 +321,140 @@ def _mark_claimed(
     )
     if changed != len(ids):  # the rows are this transaction's: a bug
         raise LostJobError(f"{len(ids)} jobs picked to claim, {changed} claimed")
-    db.execute(
-        "INSERT INTO job_events (job, source, target, at, worker, reason) VALUES "
-        + ", ".join("(?, ?, ?, ?, ?, ?)" for _ in jobs),
-        [
-            value
-            for job in jobs
-            for value in (job.id, queued, running, now, worker, _attempt(job))
-        ],
+    _insert_rows(
+        db,
+        "job_events (job, source, target, at, worker, reason)",
+        [(job.id, queued, running, now, worker, _attempt(job)) for job in jobs],
     )
 
 
-def _finish(db: Database, ending: JobEnding, now: float) -> JobRecord:
-    job_id, event = ending.job_id, ending.event
-    job = _holds(db, db.get(job_id, lock=True), ending.worker, ending.attempt)
-    JOB_TABLE.move(job.state, event, subject=f"job {job_id}")
+def _insert_rows(
+    db: Database, into: str, rows: Sequence[Sequence[Any]], *, suffix: str = ""
+) -> None:
+    """INSERT ``rows`` ``into`` a table: one statement (up to `_ROWS_PER_STATEMENT`)."""
+    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+        chunk = rows[start : start + _ROWS_PER_STATEMENT]
+        db.execute(
+            f"INSERT INTO {into} VALUES "
+            + ", ".join("(" + ", ".join("?" * len(row)) + ")" for row in chunk)
+            + suffix,
+            [value for row in chunk for value in row],
+        )
+
+
+def _finish_all(
+    db: Database,
+    endings: Sequence[tuple[int, JobEnding, float]],
+    refused: dict[int, BaseException],
+) -> dict[int, JobRecord]:
+    """Write ``endings`` (each numbered, with its time) in order; return those written.
+
+    Each refused ending's error goes in ``refused``, before anything of it
+    is written. Endings of distinct jobs are written together: their rows
+    read and locked in one SELECT (by id, the order every group locks in),
+    checked here, then changed in one statement per set of columns, their
+    tracebacks and their audit rows in one INSERT each. A job ended twice
+    in a group (the second is refused, or writes over the first) starts the
+    next batch, which reads what the first one wrote.
+    """
+    done: dict[int, JobRecord] = {}
+    batch: list[tuple[int, JobEnding, float]] = []
+    for numbered in endings:
+        if any(numbered[1].job_id == ending.job_id for _, ending, _ in batch):
+            done.update(_finish_batch(db, batch, refused))
+            batch = []
+        batch.append(numbered)
+    if batch:
+        done.update(_finish_batch(db, batch, refused))
+    return done
+
+
+def _finish_batch(
+    db: Database,
+    endings: Sequence[tuple[int, JobEnding, float]],
+    refused: dict[int, BaseException],
+) -> dict[int, JobRecord]:
+    """`_finish_all` for endings of distinct jobs."""
+    held = _read_locked(db, [ending.job_id for _, ending, _ in endings])
+    done: dict[int, JobRecord] = {}
+    changes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+    tracebacks: list[tuple[str, str]] = []
+    events: list[tuple[Any, ...]] = []
+    for k, ending, now in endings:
+        try:
+            job, target, columns = _check_ending(db, held[ending.job_id], ending, now)
+        except _REFUSALS as exc:
+            refused[k] = exc
+            continue
+        names = tuple(columns)
+        where = (job.id, job.state.value, job.attempts)
+        changes.setdefault(names, []).append((*columns.values(), *where))
+        source = job.state.value
+        events.append((job.id, source, target.value, now, ending.worker, ending.reason))
+        if ending.traceback is not None:
+            tracebacks.append((job.id, ending.traceback))
+            job = attrs.evolve(job, traceback=ending.traceback)
+        done[k] = updated(job, columns, at=now)
+    if tracebacks:
+        _insert_rows(
+            db,
+            "job_tracebacks (job, traceback)",
+            tracebacks,
+            suffix=" ON CONFLICT (job) DO UPDATE SET traceback = excluded.traceback",
+        )
+    for names, rows in changes.items():
+        assignments = ", ".join(f"{name} = ?" for name in names)
+        changed = db.update_many(
+            f"UPDATE jobs SET {assignments} "
+            "WHERE id = ? AND state = ? AND attempts = ?",
+            rows,
+        )
+        if changed != len(rows):  # the rows are this transaction's: a bug
+            raise LostJobError(f"{len(rows)} endings to write, {changed} written")
+    _insert_rows(db, "job_events (job, source, target, at, worker, reason)", events)
+    return done
+
+
+def _read_locked(db: Database, ids: Sequence[str]) -> dict[str, JobRecord]:
+    """The jobs ``ids``, read and locked, by id.
+
+    Raises:
+        JobNotFoundError: naming the first of ``ids`` that does not exist.
+    """
+    found: dict[str, JobRecord] = {}
+    ordered = sorted(set(ids))
+    for start in range(0, len(ordered), _ROWS_PER_STATEMENT):
+        chunk = ordered[start : start + _ROWS_PER_STATEMENT]
+        rows = db.execute(
+            f"SELECT {COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(chunk))}) "
+            f"ORDER BY id{db.dialect.lock_row}",
+            chunk,
+        )
+        found.update((job.id, job) for job in map(record, rows))
+    for job_id in ids:
+        if job_id not in found:
+            raise JobNotFoundError(f"no job with id {job_id!r}")
+    return found
+
+
+def _check_ending(
+    db: Database, job: JobRecord, ending: JobEnding, now: float
+) -> tuple[JobRecord, JobState, dict[str, Any]]:
+    """What ``ending`` writes to ``job``: its target and the columns it sets.
+
+    Raises:
+        LostJobError: if the attempt is no longer the worker's.
+        IllegalJobTransitionError: if the table does not allow the ending.
+    """
+    job = _holds(db, job, ending.worker, ending.attempt)
     changes = ending.changes
-    if event is JobEvent.REQUEUE:
+    if ending.event is JobEvent.REQUEUE:
         # A hand-back at shutdown is not a failed attempt.
         changes = {**changes, "handbacks": job.handbacks + 1}
-    if event is JobEvent.TIME_OUT:
+    if ending.event is JobEvent.TIME_OUT:
         changes = {**changes, "timed_out_at": now}
-    if ending.traceback is not None:
-        db.execute(
-            "INSERT INTO job_tracebacks (job, traceback) VALUES (?, ?) "
-            "ON CONFLICT (job) DO UPDATE SET traceback = excluded.traceback",
-            (job_id, ending.traceback),
-        )
-        job = attrs.evolve(job, traceback=ending.traceback)
-    return db.write(
-        job, event, now=now, worker=ending.worker, reason=ending.reason, changes=changes
-    )
+    target, columns = transition(job, ending.event, now=now, changes=changes)
+    return job, target, columns
 
 
 def _holds(db: Database, job: JobRecord, worker: str, attempt: int) -> JobRecord:

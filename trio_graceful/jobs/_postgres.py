@@ -112,6 +112,12 @@ class PostgresConnection:
             cursor.execute(sql, args)  # pyright: ignore[reportArgumentType]
             return cursor.rowcount
 
+    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        # psycopg sends them in one pipeline: one round trip, not one a row.
+        with self._db.cursor() as cursor:
+            cursor.executemany(sql, rows)  # pyright: ignore[reportArgumentType]
+            return cursor.rowcount
+
     def _connect(self) -> psycopg.Connection[Any]:
         import psycopg
         from psycopg.conninfo import make_conninfo
@@ -137,15 +143,17 @@ class PostgresConnection:
     def is_outage(self, exc: BaseException) -> bool:
         return is_postgres_outage(exc)
 
-    def wait_for_news(self, timeout: float) -> None:
+    def wait_for_news(self, timeout: float) -> list[str]:
         import psycopg
 
         if self._listener is None or self._listener.closed:
             self._listener = self._connect()
             self._listener.execute(f"LISTEN {CHANNEL}")
         try:
-            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-                pass
+            return [
+                news.payload
+                for news in self._listener.notifies(timeout=timeout, stop_after=1)
+            ]
         except psycopg.Error:
             # A new connection listens again at the next wait.
             self._listener.close()

@@ -109,6 +109,10 @@ class SQLiteConnection:
     def update(self, sql: str, args: Sequence[Any]) -> int:
         return self._cursor(sql, args).rowcount
 
+    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        # Only inside a transaction, whose BEGIN IMMEDIATE took the lock.
+        return self._db.executemany(sql, rows).rowcount
+
     def _cursor(self, sql: str, args: Sequence[Any]) -> sqlite3.Cursor:
         try:
             return self._db.execute(sql, args)

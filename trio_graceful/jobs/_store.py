@@ -134,9 +134,11 @@ class JobStore:
         """True if `wait_for_news` hears other processes (PostgreSQL)."""
         return self._db.listens and self._offload
 
-    async def wait_for_news(self, timeout: float) -> None:
+    async def wait_for_news(self, timeout: float) -> list[str]:
         """Wait for a new job or a cancel request, for ``timeout`` seconds at most.
 
+        Returns the news heard: ``"submitted"`` for a new job, ``"cancel
+        ID"`` for a cancel request of job ``ID``; none after the timeout.
         Only for a store that `listens`; others raise `RuntimeError`. The
         wait runs in a thread, abandoned if cancelled. This is a checkpoint.
         """
@@ -145,7 +147,7 @@ class JobStore:
             raise RuntimeError("this store does not listen; poll it instead")
         if self._closed:
             raise StoreError("the job store is closed")
-        await trio.to_thread.run_sync(
+        return await trio.to_thread.run_sync(
             self._db.connection.wait_for_news, timeout, abandon_on_cancel=True
         )
 

@@ -136,7 +136,10 @@ class Worker:
     budget: ThreadBudget | None = attrs.field(default=None, kw_only=True)
     incarnation: str = attrs.field(factory=lambda: uuid.uuid4().hex, init=False)
     """This process's life under ``worker_id`` (random); see `JobStore.take_over`."""
-    _news: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _submitted: trio.Event = attrs.field(factory=trio.Event, init=False)
+    """Set (and replaced) when another process may have queued a job."""
+    _cancelled: trio.Event = attrs.field(factory=trio.Event, init=False)
+    """Set (and replaced) when another process may have asked for a cancel."""
     _access: StoreAccess = attrs.field(init=False)
     _jobs: Supervisor = attrs.field(init=False)
     _claims: Claims = attrs.field(init=False)
@@ -259,7 +262,7 @@ class Worker:
             claim = functools.partial(self._claims.claim, running.keys(), limit)
             jobs = await self._access.call("claiming", claim)
             if not jobs:
-                await self._pause()
+                await self._pause(self._submitted)
             self._jobs.add(jobs)
 
     async def _renew_lease(self) -> None:
@@ -287,24 +290,32 @@ class Worker:
                         writes=False,
                     )
                 )
-            await self._pause()
+            await self._pause(self._cancelled)
 
     async def _listen(self) -> None:
         while True:
             try:
-                await self.store.wait_for_news(self.poll_interval)
+                heard = await self.store.wait_for_news(self.poll_interval)
             except Exception as exc:
                 # Listening only saves polls: during an outage, poll.
                 if not self.store.is_outage(exc):
                     raise
                 await trio.sleep(self.poll_interval)
-            self._news.set()
-            self._news = trio.Event()
+                # What was missed meanwhile is unknown: wake both loops.
+                heard = ["submitted", "cancel"]
+            # Each news wakes only the loop it concerns: a busy submitter
+            # costs no reads of cancel requests.
+            if any(news.startswith("cancel") for news in heard):
+                self._cancelled.set()
+                self._cancelled = trio.Event()
+            if any(not news.startswith("cancel") for news in heard):
+                self._submitted.set()
+                self._submitted = trio.Event()
 
-    async def _pause(self) -> None:
-        """Until the next poll, or news from another process (if the store listens)."""
+    async def _pause(self, news: trio.Event) -> None:
+        """Until the next poll, or ``news`` from another process (if it listens)."""
         with trio.move_on_after(self.poll_interval):
-            await self._news.wait()
+            await news.wait()
 
     async def _flush_progress(self) -> None:
         while True:
