@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 import outcome
 
+from .._core._log import plural
 from ._exceptions import (
     IllegalJobTransitionError,
     JobNotFoundError,
@@ -320,7 +321,9 @@ def _mark_claimed(
         (running, worker, now, stale_after, queued, *ids),
     )
     if changed != len(ids):  # the rows are this transaction's: a bug
-        raise LostJobError(f"{len(ids)} jobs picked to claim, {changed} claimed")
+        raise LostJobError(
+            f"{plural(len(ids), 'job')} picked to claim, {changed} claimed"
+        )
     _insert_rows(
         db,
         "job_events (job, source, target, at, worker, reason)",
