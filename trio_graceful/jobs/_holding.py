@@ -413,7 +413,9 @@ def _finish_batch(
             rows,
         )
         if changed != len(rows):  # the rows are this transaction's: a bug
-            raise LostJobError(f"{len(rows)} endings to write, {changed} written")
+            raise LostJobError(
+                f"{plural(len(rows), 'ending')} to write, {changed} written"
+            )
     _insert_rows(db, "job_events (job, source, target, at, worker, reason)", events)
     return done
 
