@@ -28,7 +28,7 @@ def bin_dir() -> str | None:
     return os.path.dirname(initdb) if initdb else None
 
 
-def _as_server_user(args: list[str]) -> list[str]:
+def as_server_user(args: list[str]) -> list[str]:
     if os.geteuid() == 0:
         return ["runuser", "-u", "postgres", "--", *args]
     return args
@@ -49,7 +49,7 @@ def started_server(*, settings: str = "", stop: str = "fast") -> Iterator[str]:
     if os.geteuid() == 0:
         shutil.chown(home, "postgres")
     subprocess.run(
-        _as_server_user(
+        as_server_user(
             [f"{where}/initdb", "-D", data, "-A", "trust", "-U", "postgres"]
         ),
         check=True,
@@ -57,7 +57,7 @@ def started_server(*, settings: str = "", stop: str = "fast") -> Iterator[str]:
     )
     options = f"-k {home} -c listen_addresses='' -c max_connections=200 {settings}"
     subprocess.run(
-        _as_server_user(
+        as_server_user(
             [
                 *(f"{where}/pg_ctl", "-D", data, "-w"),
                 *("-l", os.path.join(home, "log"), "-o", options, "start"),
@@ -70,7 +70,7 @@ def started_server(*, settings: str = "", stop: str = "fast") -> Iterator[str]:
         yield f"postgresql://postgres@/postgres?host={home}"
     finally:
         subprocess.run(
-            _as_server_user([f"{where}/pg_ctl", "-D", data, "-m", stop, "stop"]),
+            as_server_user([f"{where}/pg_ctl", "-D", data, "-m", stop, "stop"]),
             check=False,
             capture_output=True,
         )

@@ -281,7 +281,7 @@ def test_postgres_stopped_for_longer_than_the_lease_under_two_workers(
             w1.send_signal(signal.SIGCONT)
             wait_all_ended(service, ids)
             assert [w1.poll(), w2.poll()] == [None, None]
-            assert_each_completed_once(service, ids, 30)
+            assert_each_completed_once(service, ids, 30, stopped=held)
             log = log_of(service, "W1")
             assert held
             for job_id, attempt in held.items():

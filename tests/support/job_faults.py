@@ -11,16 +11,13 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import attrs
 
 from tests.examples.test_jobs_service import Service, attempts_of
-from tests.support.postgres import (
-    _as_server_user,  # pyright: ignore[reportPrivateUsage]
-    _bin_dir,  # pyright: ignore[reportPrivateUsage]
-)
+from tests.support.postgres import as_server_user, bin_dir
 from trio_graceful.jobs import JobState, _client, open_store
 
 S = JobState
@@ -39,7 +36,7 @@ class PostgresServer:
 
     def ctl(self, *args: str) -> None:
         subprocess.run(
-            _as_server_user(
+            as_server_user(
                 [
                     f"{self.bin_dir}/pg_ctl",
                     "-D",
@@ -61,15 +58,15 @@ class PostgresServer:
 @contextmanager
 def own_postgres() -> Iterator[PostgresServer]:
     """A fresh server, stopped and removed at the end."""
-    bin_dir = _bin_dir()
-    assert bin_dir is not None
+    where = bin_dir()
+    assert where is not None
     home = tempfile.mkdtemp(prefix="trio-graceful-pg-own-")
     if os.geteuid() == 0:
         shutil.chown(home, "postgres")
     subprocess.run(
-        _as_server_user(
+        as_server_user(
             [
-                f"{bin_dir}/initdb",
+                f"{where}/initdb",
                 "-D",
                 os.path.join(home, "data"),
                 "-A",
@@ -81,15 +78,15 @@ def own_postgres() -> Iterator[PostgresServer]:
         check=True,
         capture_output=True,
     )
-    server = PostgresServer(bin_dir, home)
+    server = PostgresServer(where, home)
     server.ctl("start")
     try:
         yield server
     finally:
         subprocess.run(
-            _as_server_user(
+            as_server_user(
                 [
-                    f"{bin_dir}/pg_ctl",
+                    f"{where}/pg_ctl",
                     "-D",
                     os.path.join(home, "data"),
                     "-m",
@@ -123,8 +120,18 @@ def submit_many(
         q.close()
 
 
-def assert_each_completed_once(service: Service, ids: list[str], steps: int) -> None:
-    """Completed, once, with every step run; no job failed because of the store."""
+def assert_each_completed_once(
+    service: Service,
+    ids: list[str],
+    steps: int,
+    *,
+    stopped: Mapping[str, int] | None = None,
+) -> None:
+    """Completed, once, with every step run; no job failed because of the store.
+
+    ``stopped``: the attempt of each job whose worker was stopped (SIGSTOP)
+    past its lease (see `attempts_of`).
+    """
     q = service.queries()
     try:
         for job_id in ids:
@@ -141,7 +148,7 @@ def assert_each_completed_once(service: Service, ids: list[str], steps: int) -> 
         q.close()
     lines = service.audit_lines()
     for job_id in ids:
-        runs = attempts_of(lines, job_id)
+        runs = attempts_of(lines, job_id, stopped=(stopped or {}).get(job_id))
         done = {row["step"] for rows in runs.values() for row in rows}
         assert done == set(range(1, steps + 1))
 

@@ -21,6 +21,7 @@ BENCH = str(Path(__file__).resolve().parents[2] / "bench")
 if BENCH not in sys.path:
     sys.path.append(BENCH)
 import _postgres  # noqa: E402
+from _postgres import as_server_user as as_server_user, bin_dir  # noqa: E402
 
 INSTALL = (
     "PostgreSQL is not installed: apt-get install -y postgresql "
@@ -31,7 +32,7 @@ INSTALL = (
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """The connection URL of the server's ``postgres`` database."""
-    if _postgres.bin_dir() is None or importlib.util.find_spec("psycopg") is None:
+    if bin_dir() is None or importlib.util.find_spec("psycopg") is None:
         pytest.skip(INSTALL)
     # fsync off: what is tested is what the server says, not the disk.
     with _postgres.started_server(settings="-c fsync=off", stop="immediate") as url:
