@@ -324,15 +324,21 @@ def test_a_commit_that_fails_rolls_its_transaction_back() -> None:
     # SQLite keeps the transaction open when its COMMIT fails (here a
     # deferred foreign key); the next transaction must still begin.
     db = Database(SQLiteConnection(":memory:"))
-    db.execute("PRAGMA foreign_keys = ON")
-    db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
-    db.execute(
-        "CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER"
-        " REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
-    )
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), db.transaction():
-        db.execute("INSERT INTO child VALUES (1, 99)")
-    with db.transaction():
-        db.execute("INSERT INTO parent VALUES (99)")
-    assert db.execute("SELECT id FROM child") == []
-    assert db.execute("SELECT id FROM parent") == [(99,)]
+    try:
+        db.execute("PRAGMA foreign_keys = ON")
+        db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        db.execute(
+            "CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER"
+            " REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+        with (
+            pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"),
+            db.transaction(),
+        ):
+            db.execute("INSERT INTO child VALUES (1, 99)")
+        with db.transaction():
+            db.execute("INSERT INTO parent VALUES (99)")
+        assert db.execute("SELECT id FROM child") == []
+        assert db.execute("SELECT id FROM parent") == [(99,)]
+    finally:
+        db.close()
