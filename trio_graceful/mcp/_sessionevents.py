@@ -50,7 +50,7 @@ class SessionEvents(EventStore):
     async def store_event(
         self, stream_id: StreamId, message: JSONRPCMessage | None
     ) -> EventId:
-        """Store ``message`` in the store, as an event of this session's ``stream_id``.
+        """Store ``message`` as an event of the view's stream ``stream_id``.
 
         A checkpoint if the store's ``store_event`` is.
         """
