@@ -22,20 +22,8 @@ from typing import Any
 import trio
 
 import trio_graceful
+from trio_graceful.asgi._command import _supervise as supervise  # pyright: ignore[reportPrivateUsage]
 from trio_graceful.workers import open_listeners, serve_workers, systemd_listeners
-
-
-async def supervise(
-    serve: Callable[..., Awaitable[None]],
-    command: list[str],
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    runner = trio_graceful.current_runner()
-    await runner.start_service(serve, command, name="workers")
-    task_status.started()
-    _, inbox = runner.root.open_inbox()
-    await inbox.receive()
 
 
 async def hold(
