@@ -261,6 +261,14 @@ def test_postgres_stopped_for_longer_than_the_lease_under_two_workers(
             w1, w2 = [service.start_worker(w, *options) for w in ("W1", "W2")]
             started(service, "W1", "W2")
             service.wait("some progress", lambda: service.step(ids[0]) >= 2)
+            # W1 may start after W2 has claimed its fill: wait for W1's own.
+            service.wait(
+                "W1 to run jobs",
+                lambda: any(
+                    job.worker == "W1" and job.state is S.RUNNING
+                    for job in service_jobs(service, ids)
+                ),
+            )
             w1.send_signal(signal.SIGSTOP)
             held = {
                 job.id: job.attempts
