@@ -173,16 +173,16 @@ async def test_an_outage_fails_every_ending_of_the_group_and_writes_nothing(
     store = mock_store()
     jobs = await claimed(store, 3, queued=3)
     connection = store._db.connection  # pyright: ignore[reportPrivateUsage]
-    execute = connection.execute
+    send = connection.send
 
     def claim_fails(sql: str, args: Any = ()) -> Any:
         # The claims come after every ending of the group.
         if "ORDER BY created_at" in sql:
-            monkeypatch.setattr(connection, "execute", execute)  # once
+            monkeypatch.setattr(connection, "send", send)  # once
             raise sqlite3.OperationalError("database is locked")
-        return execute(sql, args)
+        return send(sql, args)
 
-    monkeypatch.setattr(connection, "execute", claim_fails)
+    monkeypatch.setattr(connection, "send", claim_fails)
     errors: list[BaseException] = []
 
     async def end(job: JobRecord) -> None:

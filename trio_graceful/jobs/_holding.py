@@ -29,10 +29,10 @@ from ._exceptions import (
     LostJobError,
     WorkerReplacedError,
 )
-from ._leases import lost_job_error, renew
+from ._leases import lost_job_error, read_holder, renew
 from ._records import JobEnding, JobRecord
 from ._schema import COLUMNS, record, updated
-from ._sql import Database, transition
+from ._sql import Database, Reply, transition
 from ._states import JOB_TABLE, JobEvent, JobState
 
 
@@ -77,8 +77,9 @@ def claim_many(
     less than half of it is left: see `_renew_for_claims`).
     """
     with db.transaction():
-        now = db.now(now)
-        _renew_for_claims(db, worker, now, lease, incarnation)
+        clock, holder = db.send_now(now), read_holder(db, worker)
+        now = clock()
+        _renew_for_claims(db, worker, now, lease, incarnation, holder)
         return _claim(db, worker, now, stale_after, kinds, limit)
 
 
@@ -166,25 +167,36 @@ def finish_group(
     claimed: dict[int, list[JobRecord]] = {}
     try:
         with db.transaction():
-            clock = db.now(0.0) if db.dialect.clock is not None else None
-            times = [member.now if clock is None else clock for member in group]
+            # The reads are sent together: the clock, the holders of the
+            # renewing workers' ids, and the rows of the first batch.
+            clock = db.send_now(0.0) if db.dialect.clock is not None else None
+            holders = {
+                member.ending.worker: read_holder(db, member.ending.worker)
+                for member in group
+                if member.claim is not None
+            }
+            batches = _batches(group)
+            first = _read_locked(db, group, batches[0])
+            now = None if clock is None else clock()
+            times = [member.now if now is None else now for member in group]
             renewed: dict[tuple[str, str | None, float], WorkerReplacedError | None]
             renewed = {}
-            endings: list[tuple[int, JobEnding, float]] = []
             for k, member in enumerate(group):
-                request, ending = member.claim, member.ending
+                request, worker = member.claim, member.ending.worker
                 if request is not None:
-                    key = (ending.worker, request.incarnation, request.lease)
+                    key = (worker, request.incarnation, request.lease)
                     if key not in renewed:
                         renewed[key] = _renew_or_error(
-                            db, ending.worker, times[k], request
+                            db, worker, times[k], request, holders[worker]
                         )
                     replaced = renewed[key]
                     if replaced is not None:
                         refused[k] = replaced
-                        continue
-                endings.append((k, member.ending, times[k]))
-            done = _finish_all(db, endings, refused)
+            checks: list[tuple[Reply, int]] = []
+            for batch in batches:
+                read = first if batch is batches[0] else _read_locked(db, group, batch)
+                endings = [(k, group[k].ending, times[k]) for k in batch]
+                done.update(_finish_batch(db, endings, read, refused, checks))
             claims: dict[tuple[Any, ...], tuple[float, list[tuple[int, int]]]] = {}
             for k in sorted(done):
                 request, worker = group[k].claim, group[k].ending.worker
@@ -194,11 +206,17 @@ def finish_group(
                     claims.setdefault(wanted, (times[k], []))[1].append(
                         (k, request.limit)
                     )
-            for (worker, stale_after, kinds), (now, wanting) in claims.items():
+            for (worker, stale_after, kinds), (at, wanting) in claims.items():
                 total = sum(limit for _, limit in wanting)
-                jobs = _claim(db, worker, now, stale_after, kinds, total)
+                jobs = _claim(db, worker, at, stale_after, kinds, total)
                 for k, limit in wanting:
                     claimed[k], jobs = jobs[:limit], jobs[limit:]
+            for reply, expected in checks:
+                if reply.count() != expected:  # the rows are this transaction's
+                    raise LostJobError(
+                        f"{plural(expected, 'ending')} to write, "
+                        f"{reply.count()} written"
+                    )
     except Exception as exc:
         # The whole group was rolled back, or its commit is unknown.
         return [outcome.Error(exc) for _ in group]
@@ -210,24 +228,48 @@ def finish_group(
     ]
 
 
+def _batches(group: Sequence[GroupedEnding]) -> list[list[int]]:
+    """The endings of ``group`` by number, in batches of distinct jobs, in order.
+
+    A job ended twice in a group (the second is refused, or writes over the
+    first) starts the next batch, which reads what the first one wrote.
+    """
+    batches: list[list[int]] = [[]]
+    for k, member in enumerate(group):
+        if any(group[j].ending.job_id == member.ending.job_id for j in batches[-1]):
+            batches.append([])
+        batches[-1].append(k)
+    return batches
+
+
 def _renew_or_error(
-    db: Database, worker: str, now: float, request: ClaimRequest
+    db: Database, worker: str, now: float, request: ClaimRequest, holder: Reply
 ) -> WorkerReplacedError | None:
     try:
-        _renew_for_claims(db, worker, now, request.lease, request.incarnation)
+        _renew_for_claims(db, worker, now, request.lease, request.incarnation, holder)
     except WorkerReplacedError as exc:
         return exc
     return None
 
 
 def _renew_for_claims(
-    db: Database, worker: str, now: float, lease: float, incarnation: str | None
+    db: Database,
+    worker: str,
+    now: float,
+    lease: float,
+    incarnation: str | None,
+    holder: Reply,
 ) -> None:
     # The worker renews its lease every third of it: a claim extends a
     # lease only if that fell behind (after an outage, say), and
     # otherwise leaves the row, and its page on disk, untouched.
     renew(
-        db, worker, now + lease, incarnation=incarnation, unless_after=now + lease / 2
+        db,
+        worker,
+        now + lease,
+        incarnation=incarnation,
+        unless_after=now + lease / 2,
+        holder=holder,
     )
 
 
@@ -262,73 +304,40 @@ def _claim(
     kinds: Sequence[str] | None,
     limit: int,
 ) -> list[JobRecord]:
-    of_kinds = "" if kinds is None else f" AND kind IN ({', '.join('?' * len(kinds))})"
-    rows = db.execute(
-        f"SELECT {COLUMNS} FROM jobs WHERE state = ?{of_kinds} "
-        f"ORDER BY created_at, {db.dialect.order_column} LIMIT ?{db.dialect.lock_rows}",
-        (JobState.QUEUED.value, *(kinds or ()), limit),
-    )
-    jobs = [record(row) for row in rows]
-    for start in range(0, len(jobs), _ROWS_PER_STATEMENT):
-        chunk = jobs[start : start + _ROWS_PER_STATEMENT]
-        _mark_claimed(db, chunk, worker, now, stale_after)
-    running = JOB_TABLE.move(JobState.QUEUED, JobEvent.CLAIM, subject="a claim")
-    return [
-        updated(
-            job,
-            {
-                "state": running.value,
-                "attempts": job.attempts + 1,
-                "worker": worker,
-                "started_at": now,
-                "stale_after": stale_after,
-                "elapsed": None,
-            },
-            at=now,
-        )
-        for job in jobs
-    ]
+    """Claim up to ``limit`` of the oldest queued jobs of ``kinds`` (None: any).
 
-
-def _attempt(job: JobRecord) -> str:
-    return f"attempt {job.attempts + 1}"
-
-
-# Rows one claim's statement changes at most: 6 values each in the audit
-# rows' INSERT, well under SQLite's 32,766 variables.
-_ROWS_PER_STATEMENT = 500
-
-
-def _mark_claimed(
-    db: Database,
-    jobs: Sequence[JobRecord],
-    worker: str,
-    now: float,
-    stale_after: float | None,
-) -> None:
-    """Claim ``jobs``, read queued and locked: one UPDATE, one INSERT of audit rows.
-
-    A statement per claim, not per job: the rows were picked and locked by
-    this transaction, so each is changed as it was read.
+    One UPDATE picks the rows (skipping those that other transactions
+    lock) and changes them; one INSERT of their audit rows goes with the
+    statement after it.
     """
-    ids = [job.id for job in jobs]
-    marks = ", ".join("?" * len(ids))
+    of_kinds = "" if kinds is None else f" AND kind IN ({', '.join('?' * len(kinds))})"
+    order = db.dialect.order_column
     running, queued = JobState.RUNNING.value, JobState.QUEUED.value
-    changed = db.update(
+    JOB_TABLE.move(JobState.QUEUED, JobEvent.CLAIM, subject="a claim")
+    rows = db.execute(
         "UPDATE jobs SET state = ?, attempts = attempts + 1, worker = ?, "
         "started_at = ?, stale_after = ?, elapsed = NULL "
-        f"WHERE state = ? AND id IN ({marks})",
-        (running, worker, now, stale_after, queued, *ids),
+        f"WHERE id IN (SELECT id FROM jobs WHERE state = ?{of_kinds} "
+        f"ORDER BY created_at, {order} LIMIT ?{db.dialect.lock_rows}) "
+        f"RETURNING {COLUMNS}, {order}",
+        (running, worker, now, stale_after, queued, *(kinds or ()), limit),
     )
-    if changed != len(ids):  # the rows are this transaction's: a bug
-        raise LostJobError(
-            f"{plural(len(ids), 'job')} picked to claim, {changed} claimed"
-        )
-    _insert_rows(
-        db,
-        "job_events (job, source, target, at, worker, reason)",
-        [(job.id, queued, running, now, worker, _attempt(job)) for job in jobs],
-    )
+    # RETURNING keeps no order: the oldest first, as they were picked.
+    rows.sort(key=lambda row: (row[_CREATED_AT], row[-1]))
+    jobs = [record(row) for row in rows]
+    events = [
+        (job.id, queued, running, now, worker, f"attempt {job.attempts}")
+        for job in jobs
+    ]
+    _insert_rows(db, "job_events (job, source, target, at, worker, reason)", events)
+    return jobs
+
+
+# Where `COLUMNS` has created_at.
+_CREATED_AT = 9
+# Rows one INSERT writes at most: 6 values each in the audit rows' INSERT,
+# well under SQLite's 32,766 variables.
+_ROWS_PER_STATEMENT = 500
 
 
 def _insert_rows(
@@ -337,7 +346,7 @@ def _insert_rows(
     """INSERT ``rows`` ``into`` a table: one statement (up to `_ROWS_PER_STATEMENT`)."""
     for start in range(0, len(rows), _ROWS_PER_STATEMENT):
         chunk = rows[start : start + _ROWS_PER_STATEMENT]
-        db.execute(
+        db.send(  # the answer is not needed: it goes with the next statement
             f"INSERT INTO {into} VALUES "
             + ", ".join("(" + ", ".join("?" * len(row)) + ")" for row in chunk)
             + suffix,
@@ -345,45 +354,37 @@ def _insert_rows(
         )
 
 
-def _finish_all(
-    db: Database,
-    endings: Sequence[tuple[int, JobEnding, float]],
-    refused: dict[int, BaseException],
-) -> dict[int, JobRecord]:
-    """Write ``endings`` (each numbered, with its time) in order; return those written.
-
-    Each refused ending's error goes in ``refused``, before anything of it
-    is written. Endings of distinct jobs are written together: their rows
-    read and locked in one SELECT (by id, the order every group locks in),
-    checked here, then changed in one statement per set of columns, their
-    tracebacks and their audit rows in one INSERT each. A job ended twice
-    in a group (the second is refused, or writes over the first) starts the
-    next batch, which reads what the first one wrote.
-    """
-    done: dict[int, JobRecord] = {}
-    batch: list[tuple[int, JobEnding, float]] = []
-    for numbered in endings:
-        if any(numbered[1].job_id == ending.job_id for _, ending, _ in batch):
-            done.update(_finish_batch(db, batch, refused))
-            batch = []
-        batch.append(numbered)
-    if batch:
-        done.update(_finish_batch(db, batch, refused))
-    return done
-
-
 def _finish_batch(
     db: Database,
     endings: Sequence[tuple[int, JobEnding, float]],
+    read: Reply,
     refused: dict[int, BaseException],
+    checks: list[tuple[Reply, int]],
 ) -> dict[int, JobRecord]:
-    """`_finish_all` for endings of distinct jobs."""
-    held = _read_locked(db, [ending.job_id for _, ending, _ in endings])
+    """Write ``endings`` of distinct jobs (each numbered, with its time).
+
+    ``read`` brings their rows, read and locked (`_read_locked`). Each
+    ending is checked here; a refused one gets its error in ``refused``
+    before anything of it is written (one already refused is left out).
+    The others are changed in one statement per set of columns, their
+    tracebacks and their audit rows in one INSERT each; what each UPDATE
+    must change goes in ``checks``, for the end of the transaction.
+    Returns the endings written, by number.
+
+    Raises:
+        JobNotFoundError: naming the first job of ``endings`` that does
+            not exist.
+    """
+    held = {job.id: job for job in map(record, read.rows())}
     done: dict[int, JobRecord] = {}
     changes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
     tracebacks: list[tuple[str, str]] = []
     events: list[tuple[Any, ...]] = []
     for k, ending, now in endings:
+        if k in refused:
+            continue
+        if ending.job_id not in held:
+            raise JobNotFoundError(f"no job with id {ending.job_id!r}")
         try:
             job, target, columns = _check_ending(db, held[ending.job_id], ending, now)
         except _REFUSALS as exc:
@@ -407,39 +408,29 @@ def _finish_batch(
         )
     for names, rows in changes.items():
         assignments = ", ".join(f"{name} = ?" for name in names)
-        changed = db.update_many(
+        reply = db.send_many(
             f"UPDATE jobs SET {assignments} "
             "WHERE id = ? AND state = ? AND attempts = ?",
             rows,
         )
-        if changed != len(rows):  # the rows are this transaction's: a bug
-            raise LostJobError(
-                f"{plural(len(rows), 'ending')} to write, {changed} written"
-            )
+        checks.append((reply, len(rows)))
     _insert_rows(db, "job_events (job, source, target, at, worker, reason)", events)
     return done
 
 
-def _read_locked(db: Database, ids: Sequence[str]) -> dict[str, JobRecord]:
-    """The jobs ``ids``, read and locked, by id.
+def _read_locked(
+    db: Database, group: Sequence[GroupedEnding], batch: Sequence[int]
+) -> Reply:
+    """Send the read of the jobs that ``batch`` of ``group`` ends, locked by id.
 
-    Raises:
-        JobNotFoundError: naming the first of ``ids`` that does not exist.
+    In id order, the order every group locks in.
     """
-    found: dict[str, JobRecord] = {}
-    ordered = sorted(set(ids))
-    for start in range(0, len(ordered), _ROWS_PER_STATEMENT):
-        chunk = ordered[start : start + _ROWS_PER_STATEMENT]
-        rows = db.execute(
-            f"SELECT {COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(chunk))}) "
-            f"ORDER BY id{db.dialect.lock_row}",
-            chunk,
-        )
-        found.update((job.id, job) for job in map(record, rows))
-    for job_id in ids:
-        if job_id not in found:
-            raise JobNotFoundError(f"no job with id {job_id!r}")
-    return found
+    ids = sorted({group[k].ending.job_id for k in batch})
+    return db.send(
+        f"SELECT {COLUMNS} FROM jobs WHERE id IN ({', '.join('?' * len(ids))}) "
+        f"ORDER BY id{db.dialect.lock_row}",
+        ids,
+    )
 
 
 def _check_ending(

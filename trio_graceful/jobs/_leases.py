@@ -19,7 +19,7 @@ from typing import Any
 
 from ._exceptions import LostJobError, WorkerReplacedError
 from ._records import JobRecord
-from ._sql import Database
+from ._sql import Database, Reply
 from ._states import JobEvent, JobState
 
 
@@ -57,6 +57,18 @@ def lost_job_error(
 _HELD = (JobState.RUNNING.value, JobState.CANCELLING.value, JobState.TIMING_OUT.value)
 
 
+def read_holder(db: Database, worker: str) -> Reply:
+    """Send the read (and lock) of the incarnation that holds ``worker``'s id.
+
+    For `renew`, which reads the answer: sent first, it travels with the
+    other reads of the transaction.
+    """
+    return db.send(
+        f"SELECT incarnation FROM job_incarnations WHERE id = ?{db.dialect.lock_row}",
+        (worker,),
+    )
+
+
 def renew(
     db: Database,
     worker: str,
@@ -65,17 +77,16 @@ def renew(
     incarnation: str | None,
     take_over: bool = False,
     unless_after: float | None = None,
+    holder: Reply | None = None,
 ) -> str | None:
     """Extend the lease; return the incarnation that held it before.
 
     ``incarnation=None`` renews whoever holds the row (tests and tools).
     A lease that ends after ``unless_after`` is left as it is: nothing is
-    written for it (the incarnation is checked all the same).
+    written for it (the incarnation is checked all the same). ``holder``
+    is the answer of `read_holder`, if it was sent already.
     """
-    rows = db.execute(
-        f"SELECT incarnation FROM job_incarnations WHERE id = ?{db.dialect.lock_row}",
-        (worker,),
-    )
+    rows = (holder or read_holder(db, worker)).rows()
     before: str | None = rows[0][0] if rows else None
     if incarnation is None:
         incarnation = before or ""
@@ -84,14 +95,15 @@ def renew(
             f"worker id {worker!r} was taken over by another process "
             f"(incarnation {before}); this one ({incarnation}) stops"
         )
-    db.execute(
+    # Their answers are not needed: they go with the next statement.
+    db.send(
         "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
         "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at "
         "WHERE job_workers.expires_at <= ?",
         (worker, expires_at, expires_at if unless_after is None else unless_after),
     )
     if incarnation != before:
-        db.execute(
+        db.send(
             "INSERT INTO job_incarnations (id, incarnation) VALUES (?, ?) "
             "ON CONFLICT (id) DO UPDATE SET incarnation = excluded.incarnation",
             (worker, incarnation),

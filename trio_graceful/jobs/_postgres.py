@@ -18,13 +18,16 @@ outages that the worker retries (`_outages`).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+import attrs
+
 from ._exceptions import StoreError
 from ._outages import is_postgres_outage
-from ._sql import Database, Dialect
+from ._sql import Answered, Database, Dialect, Reply
 
 if TYPE_CHECKING:
     import psycopg
@@ -34,6 +37,7 @@ CHANNEL = "trio_graceful_jobs"
 POSTGRESQL: Final = Dialect(
     placeholder="%s",
     order_column="id",
+    queue_index="created_at, id",
     lock_row=" FOR UPDATE",
     lock_rows=" FOR UPDATE SKIP LOCKED",
     real="DOUBLE PRECISION",
@@ -53,6 +57,24 @@ _CONNECT_DEFAULTS = {
     "keepalives_interval": "5",
     "keepalives_count": "3",
 }
+
+
+@attrs.frozen
+class _Pending:
+    """The `Reply` to a statement in a transaction's pipeline, not yet read."""
+
+    _connection: PostgresConnection
+    _cursor: psycopg.Cursor[Any]
+    _number: int
+    """Its place in the pipeline."""
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        self._connection.wait_for(self._number)
+        return self._cursor.fetchall() if self._cursor.description else []
+
+    def count(self) -> int:
+        self._connection.wait_for(self._number)
+        return self._cursor.rowcount
 
 
 def _redact(url: str) -> str:
@@ -78,6 +100,11 @@ class PostgresConnection:
         self._url = url
         self._options = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given}
         self._listener: psycopg.Connection[Any] | None = None
+        # A transaction's statements go in one pipeline: sent together,
+        # until the answer of one is needed (`_Pending`).
+        self._transaction = contextlib.ExitStack()
+        self._pipeline: psycopg.Pipeline | None = None
+        self._sent = self._answered = 0
         if not first:
             # A second connection of a store: its errors are outages.
             self._db: psycopg.Connection[Any] = self._connect()
@@ -102,21 +129,31 @@ class PostgresConnection:
         """A second connection to the store's server, without a listener."""
         return PostgresConnection(self._url, first=False)
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._db.cursor() as cursor:
-            cursor.execute(sql, args)  # pyright: ignore[reportArgumentType]
-            return cursor.fetchall() if cursor.description else []
+    def send(self, sql: str, args: Sequence[Any] = ()) -> Reply:
+        cursor = self._db.cursor()
+        cursor.execute(sql, args)  # pyright: ignore[reportArgumentType]
+        return self._reply(cursor)
 
-    def update(self, sql: str, args: Sequence[Any]) -> int:
-        with self._db.cursor() as cursor:
-            cursor.execute(sql, args)  # pyright: ignore[reportArgumentType]
-            return cursor.rowcount
+    def send_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> Reply:
+        # Outside a transaction's pipeline, psycopg sends them in one of its
+        # own: one round trip either way, not one a row.
+        cursor = self._db.cursor()
+        cursor.executemany(sql, rows)  # pyright: ignore[reportArgumentType]
+        return self._reply(cursor)
 
-    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
-        # psycopg sends them in one pipeline: one round trip, not one a row.
-        with self._db.cursor() as cursor:
-            cursor.executemany(sql, rows)  # pyright: ignore[reportArgumentType]
-            return cursor.rowcount
+    def _reply(self, cursor: psycopg.Cursor[Any]) -> Reply:
+        if self._pipeline is None:
+            rows = cursor.fetchall() if cursor.description else []
+            return Answered(rows, cursor.rowcount)
+        self._sent += 1
+        return _Pending(self, cursor, self._sent)
+
+    def wait_for(self, number: int) -> None:
+        """Until the answer of the ``number``-th statement of the pipeline came."""
+        if number > self._answered:
+            assert self._pipeline is not None
+            self._answered = self._sent
+            self._pipeline.sync()
 
     def _connect(self) -> psycopg.Connection[Any]:
         import psycopg
@@ -127,15 +164,33 @@ class PostgresConnection:
         )
 
     def begin(self) -> None:
+        import psycopg
+
         if self._db.closed:
             self._db = self._connect()
-        self.execute("BEGIN")
+        if psycopg.Pipeline.is_supported():  # libpq 14 and later
+            self._pipeline = self._transaction.enter_context(self._db.pipeline())
+            self._sent = self._answered = 0
+        self.send("BEGIN")
+
+    def commit(self) -> None:
+        self.send("COMMIT")
+        self._end_pipeline()  # sends what is left, and raises its errors
 
     def rollback(self) -> None:
+        import psycopg
+
+        # The statement's error, or the lost connection's, is on its way.
+        with contextlib.suppress(psycopg.Error):
+            self._end_pipeline()
         # A broken connection (the server went away) has nothing to roll
         # back; it is replaced at the next transaction.
         if not self._db.closed:
-            self.execute("ROLLBACK")
+            self.send("ROLLBACK")
+
+    def _end_pipeline(self) -> None:
+        self._pipeline = None
+        self._transaction.close()
 
     def check(self) -> None:
         """Nothing to check: a server that went away is an outage."""

@@ -16,7 +16,7 @@ the operations from a worker thread, one at a time per connection.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Protocol
 
@@ -36,6 +36,8 @@ class Dialect:
     """What the driver takes for ``?``."""
     order_column: str
     """The column that orders jobs submitted in the same instant."""
+    queue_index: str
+    """The columns of the index of queued jobs: claims read it in order."""
     lock_row: str
     """Appended to the SELECT of a row about to change."""
     lock_rows: str
@@ -58,7 +60,35 @@ class Dialect:
 
     def schema(self) -> str:
         """The script that creates the store's tables and indexes, if missing."""
-        return SCHEMA.format(real=self.real, serial=self.serial)
+        return SCHEMA.format(
+            real=self.real, serial=self.serial, queue_index=self.queue_index
+        )
+
+
+class Reply(Protocol):
+    """The answer to a statement sent (`Connection.send`), read when needed."""
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        """The statement's rows (waits for them)."""
+        ...
+
+    def count(self) -> int:
+        """How many rows the statement changed (waits for the answer)."""
+        ...
+
+
+@attrs.frozen
+class Answered:
+    """A `Reply` that came at once: the statement ran when it was sent."""
+
+    _rows: list[tuple[Any, ...]]
+    _count: int
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return self._rows
+
+    def count(self) -> int:
+        return self._count
 
 
 class Connection(Protocol):
@@ -67,19 +97,19 @@ class Connection(Protocol):
     dialect: ClassVar[Dialect]
     """The connection's SQL dialect."""
 
-    def execute(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """Run one statement, rendered; return its rows, if any."""
+    def send(self, sql: str, args: Sequence[Any]) -> Reply:
+        """Send one statement, rendered; its answer is read from the `Reply`.
+
+        In a transaction, a driver may send statements together until an
+        answer is asked for (PostgreSQL's pipeline: one round trip for
+        them all); an error of any of them is raised then, or by `commit`.
+        """
         ...
 
-    def update(self, sql: str, args: Sequence[Any]) -> int:
-        """Run one ``UPDATE``, rendered; return how many rows it changed."""
-        ...
+    def send_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> Reply:
+        """Send one ``UPDATE``, rendered, for each of ``rows``.
 
-    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
-        """Run one ``UPDATE``, rendered, for each of ``rows``; return rows changed.
-
-        In as few round trips as the driver can: one statement's work, not
-        one per row.
+        The `Reply` counts the rows changed by them all.
         """
         ...
 
@@ -92,6 +122,10 @@ class Connection(Protocol):
 
     def begin(self) -> None:
         """Begin a transaction that serializes with other writers' claims."""
+        ...
+
+    def commit(self) -> None:
+        """Commit the transaction, once every statement sent has succeeded."""
         ...
 
     def rollback(self) -> None:
@@ -144,26 +178,33 @@ class Database:
         """Close the connection."""
         self.connection.close()
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement (``?`` placeholders); return its rows, if any."""
-        if not self._native:
-            sql = self.dialect.render(sql)
-        return self.connection.execute(sql, args)
+    def send(self, sql: str, args: Sequence[Any] = ()) -> Reply:
+        """Send one statement (``?`` placeholders); read its answer when needed.
 
-    def update(self, sql: str, args: Sequence[Any]) -> int:
-        """Run one ``UPDATE`` (``?`` placeholders); return how many rows it changed."""
-        if not self._native:
-            sql = self.dialect.render(sql)
-        return self.connection.update(sql, args)
-
-    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
-        """Run one ``UPDATE`` (``?`` placeholders) for each of ``rows`` of arguments.
-
-        Returns how many rows they changed in all.
+        In a transaction, statements whose answers are not read yet travel
+        together (see `Connection.send`): an operation sends what it can
+        before it reads.
         """
         if not self._native:
             sql = self.dialect.render(sql)
-        return self.connection.update_many(sql, rows)
+        return self.connection.send(sql, args)
+
+    def send_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> Reply:
+        """Send one ``UPDATE`` (``?`` placeholders) for each of ``rows`` of arguments.
+
+        The `Reply` counts the rows changed by them all.
+        """
+        if not self._native:
+            sql = self.dialect.render(sql)
+        return self.connection.send_many(sql, rows)
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement (``?`` placeholders); return its rows, if any."""
+        return self.send(sql, args).rows()
+
+    def update(self, sql: str, args: Sequence[Any]) -> int:
+        """Run one ``UPDATE`` (``?`` placeholders); return how many rows it changed."""
+        return self.send(sql, args).count()
 
     @contextmanager
     def transaction(self) -> Generator[None, None, None]:
@@ -173,18 +214,27 @@ class Database:
             yield
             # Inside: a COMMIT that fails may leave the transaction open
             # (SQLite keeps it after a deferred constraint or I/O error).
-            self.execute("COMMIT")
+            self.connection.commit()
         except BaseException:
             self.connection.rollback()
             raise
 
     def now(self, now: float) -> float:
         """The time to record: the caller's clock unless the database keeps its own."""
+        return self.send_now(now)()
+
+    def send_now(self, now: float) -> Callable[[], float]:
+        """`now`, asked for at once and read when the returned function is called."""
         if self.dialect.clock is None:
-            return now
+            return lambda: now
         # The database's clock judges leases for every machine.
-        [(seconds,)] = self.execute(self.dialect.clock)
-        return float(seconds)
+        reply = self.send(self.dialect.clock)
+
+        def read() -> float:
+            [(seconds,)] = reply.rows()
+            return float(seconds)
+
+        return read
 
     def notify(self, news: str) -> None:
         """Tell listening workers about a new job or a cancel request.
@@ -262,7 +312,7 @@ class Database:
                 f"it is no longer {job.state.value} on attempt {job.attempts}"
                 + (" of a worker without a lease" if unless_leased else "")
             )
-        self.execute(
+        self.send(  # the answer is not needed: it goes with the next statement
             "INSERT INTO job_events (job, source, target, at, worker, reason) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (job.id, job.state.value, target.value, now, worker, reason),

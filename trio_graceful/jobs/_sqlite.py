@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Final, NoReturn
 
 from ._exceptions import StoreError, StoreGoneError
 from ._outages import is_sqlite_outage
-from ._sql import Dialect
+from ._sql import Answered, Dialect
 
 # How long opening a store waits for other processes to let go of the file.
 _OPEN_TIMEOUT: Final = 30.0
@@ -41,6 +41,8 @@ SQLITE: Final = Dialect(
     placeholder="?",
     # Ties in time go by submission: the rowid grows, a random id does not.
     order_column="rowid",
+    # An index's rows are in rowid order after its own columns.
+    queue_index="created_at",
     # BEGIN IMMEDIATE holds the whole file: rows need no locks of their own.
     lock_row="",
     lock_rows="",
@@ -103,15 +105,14 @@ class SQLiteConnection:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SQLITE.schema())
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._cursor(sql, args).fetchall()
+    def send(self, sql: str, args: Sequence[Any] = ()) -> Answered:
+        # In process: nothing to gain from sending statements together.
+        cursor = self._cursor(sql, args)
+        return Answered(cursor.fetchall(), cursor.rowcount)
 
-    def update(self, sql: str, args: Sequence[Any]) -> int:
-        return self._cursor(sql, args).rowcount
-
-    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+    def send_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> Answered:
         # Only inside a transaction, whose BEGIN IMMEDIATE took the lock.
-        return self._db.executemany(sql, rows).rowcount
+        return Answered([], self._db.executemany(sql, rows).rowcount)
 
     def _cursor(self, sql: str, args: Sequence[Any]) -> sqlite3.Cursor:
         try:
@@ -147,13 +148,16 @@ class SQLiteConnection:
 
     def begin(self) -> None:
         self.check()
-        self.execute("BEGIN IMMEDIATE")
+        self.send("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.send("COMMIT")
 
     def rollback(self) -> None:
         # A failed BEGIN, or a COMMIT that ended the transaction anyway,
         # leaves nothing to roll back.
         if self._db.in_transaction:
-            self.execute("ROLLBACK")
+            self.send("ROLLBACK")
 
     def is_outage(self, exc: BaseException) -> bool:
         return is_sqlite_outage(exc)
