@@ -14,7 +14,7 @@ as `_common.schedule` orders them (each library first in turn). A round:
    calls; and ``wal_write``);
 3. the worker processes start, connect and say they are ready; then all are
    told "go" at once;
-4. a watcher counts the ended jobs in the library's own table every 5 ms
+4. a watcher counts the ended jobs in the library's own table every 20 ms
    (its queries are one transaction each, and are taken off the count of
    commits) until all have ended, durably as each library records it;
 5. the workers get SIGTERM, stop as their library stops them, and print
@@ -282,7 +282,7 @@ def one_round(
         while watcher.ended() < n:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{variant}: {case.title}: jobs still running")
-            time.sleep(0.005)
+            time.sleep(0.02)
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
         spans = []

@@ -64,7 +64,9 @@ def read_holder(db: Database, worker: str) -> Reply:
     other reads of the transaction.
     """
     return db.send(
-        f"SELECT incarnation FROM job_incarnations WHERE id = ?{db.dialect.lock_row}",
+        "SELECT incarnation, (SELECT expires_at FROM job_workers w "
+        "WHERE w.id = job_incarnations.id) "
+        f"FROM job_incarnations WHERE id = ?{db.dialect.lock_row}",
         (worker,),
     )
 
@@ -88,6 +90,7 @@ def renew(
     """
     rows = (holder or read_holder(db, worker)).rows()
     before: str | None = rows[0][0] if rows else None
+    expires: float | None = rows[0][1] if rows else None
     if incarnation is None:
         incarnation = before or ""
     elif before not in (None, incarnation) and not take_over:
@@ -95,13 +98,17 @@ def renew(
             f"worker id {worker!r} was taken over by another process "
             f"(incarnation {before}); this one ({incarnation}) stops"
         )
-    # Their answers are not needed: they go with the next statement.
-    db.send(
-        "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
-        "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at "
-        "WHERE job_workers.expires_at <= ?",
-        (worker, expires_at, expires_at if unless_after is None else unless_after),
-    )
+    # The lease row is written only by this id's holder, whose row is
+    # locked: as read, it is left alone if it lasts long enough already.
+    # The answers are not needed: they go with the next statement.
+    keep_until = expires_at if unless_after is None else unless_after
+    if expires is None or expires <= keep_until:
+        db.send(
+            "INSERT INTO job_workers (id, expires_at) VALUES (?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at "
+            "WHERE job_workers.expires_at <= ?",
+            (worker, expires_at, keep_until),
+        )
     if incarnation != before:
         db.send(
             "INSERT INTO job_incarnations (id, incarnation) VALUES (?, ?) "
