@@ -328,8 +328,8 @@ def _claim(
     running, queued = JobState.RUNNING.value, JobState.QUEUED.value
     JOB_TABLE.move(JobState.QUEUED, JobEvent.CLAIM, subject="a claim")
     # The state and the limit (an int) are written out, not parameters: the
-    # plan PostgreSQL makes for them once, with the index of queued jobs,
-    # serves every later claim of as many jobs, without planning again.
+    # plan PostgreSQL makes for them once, reading the index of states in
+    # order, serves every later claim of as many jobs, without planning again.
     rows = db.execute(
         "UPDATE jobs SET state = ?, attempts = attempts + 1, worker = ?, "
         "started_at = ?, stale_after = ?, elapsed = NULL "

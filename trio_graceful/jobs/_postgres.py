@@ -37,7 +37,6 @@ CHANNEL = "trio_graceful_jobs"
 POSTGRESQL: Final = Dialect(
     placeholder="%s",
     order_column="id",
-    queue_index="created_at, id",
     lock_row=" FOR UPDATE",
     lock_rows=" FOR UPDATE SKIP LOCKED",
     real="DOUBLE PRECISION",

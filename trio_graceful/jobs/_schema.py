@@ -44,8 +44,6 @@ CREATE TABLE IF NOT EXISTS jobs (
     stale_after {real}
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
-CREATE INDEX IF NOT EXISTS jobs_queue ON jobs ({queue_index})
-    WHERE state = 'queued';
 CREATE TABLE IF NOT EXISTS job_events (
     seq {serial},
     job TEXT NOT NULL,

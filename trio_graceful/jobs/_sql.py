@@ -36,8 +36,6 @@ class Dialect:
     """What the driver takes for ``?``."""
     order_column: str
     """The column that orders jobs submitted in the same instant."""
-    queue_index: str
-    """The columns of the index of queued jobs: claims read it in order."""
     lock_row: str
     """Appended to the SELECT of a row about to change."""
     lock_rows: str
@@ -60,9 +58,7 @@ class Dialect:
 
     def schema(self) -> str:
         """The script that creates the store's tables and indexes, if missing."""
-        return SCHEMA.format(
-            real=self.real, serial=self.serial, queue_index=self.queue_index
-        )
+        return SCHEMA.format(real=self.real, serial=self.serial)
 
 
 class Reply(Protocol):

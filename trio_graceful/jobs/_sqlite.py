@@ -41,8 +41,6 @@ SQLITE: Final = Dialect(
     placeholder="?",
     # Ties in time go by submission: the rowid grows, a random id does not.
     order_column="rowid",
-    # An index's rows are in rowid order after its own columns.
-    queue_index="created_at",
     # BEGIN IMMEDIATE holds the whole file: rows need no locks of their own.
     lock_row="",
     lock_rows="",
