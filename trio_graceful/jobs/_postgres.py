@@ -167,10 +167,14 @@ class PostgresConnection:
 
         if self._db.closed:
             self._db = self._connect()
-        if psycopg.Pipeline.is_supported():  # libpq 14 and later
-            self._pipeline = self._transaction.enter_context(self._db.pipeline())
-            self._sent = self._answered = 0
-        self.send("BEGIN")
+        try:
+            if psycopg.Pipeline.is_supported():  # libpq 14 and later
+                self._pipeline = self._transaction.enter_context(self._db.pipeline())
+                self._sent = self._answered = 0
+            self.send("BEGIN")
+        except BaseException:
+            self.rollback()  # the pipeline ends with the transaction
+            raise
 
     def commit(self) -> None:
         self.send("COMMIT")
