@@ -8,6 +8,7 @@ and counts only.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import trio
@@ -28,6 +29,7 @@ from trio_graceful.jobs import (
     open_store,
 )
 from trio_graceful.jobs._sql import Database
+from trio_graceful.jobs._store import JobStore
 
 S = JobState
 
@@ -188,6 +190,109 @@ async def test_a_postgres_worker_hears_a_submission_by_notify(
                 await trio.testing.wait_all_tasks_blocked()
                 await client.submit("quick")
                 await ran.wait()
+
+
+@pytest.mark.realtime
+async def test_a_submission_heard_while_a_claim_is_in_flight_is_not_lost(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim found nothing; the news came before the worker waited for it."""
+    ran = trio.Event()
+    claimed_nothing = trio.Event()
+    heard = trio.Event()
+
+    async def quick(ctx: JobContext) -> None:
+        ran.set()
+
+    with open_store(postgres_url) as client, open_store(postgres_url) as store:
+        claim_many, wait_for_news = JobStore.claim_many, JobStore.wait_for_news
+
+        async def claim_then_hold(self: JobStore, *args: Any, **kwargs: Any) -> Any:
+            jobs = await claim_many(self, *args, **kwargs)
+            if self is store and not claimed_nothing.is_set():
+                assert jobs == []
+                claimed_nothing.set()
+                await heard.wait()  # the listener takes the news meanwhile
+            return jobs
+
+        async def hearing(self: JobStore, timeout: float) -> list[str]:
+            news = await wait_for_news(self, timeout)
+            if self is store and news:
+                heard.set()
+            return news
+
+        monkeypatch.setattr(JobStore, "claim_many", claim_then_hold)
+        monkeypatch.setattr(JobStore, "wait_for_news", hearing)
+        await store.wait_for_news(0.01)  # LISTEN is in place from here on
+        hour = 3600.0
+        worker = Worker(store, {"quick": quick}, poll_interval=hour, lease=hour)
+        with trio.fail_after(20):
+            async with serving(worker):
+                await claimed_nothing.wait()
+                await client.submit("quick")
+                # Only the news can bring the job: the next poll is in an hour.
+                await ran.wait()
+
+
+@pytest.mark.realtime
+async def test_a_cancel_request_heard_while_requests_are_read_is_not_lost(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read found nothing; the news came before the worker waited for it."""
+    running = trio.Event()
+    read_nothing = trio.Event()
+    heard = trio.Event()
+    stop_seen = trio.Event()
+
+    async def waits_for_stop(ctx: JobContext) -> None:
+        running.set()
+        await ctx.wait_stop()
+        stop_seen.set()
+        await ctx.checkpoint()  # raises JobStopped
+
+    with open_store(postgres_url) as client, open_store(postgres_url) as store:
+        cancel_requests = JobStore.cancel_requests
+        wait_for_news = JobStore.wait_for_news
+
+        async def read_then_hold(self: JobStore, worker: str) -> list[str]:
+            ids = await cancel_requests(self, worker)
+            if self is store and running.is_set() and not read_nothing.is_set():
+                assert ids == []
+                read_nothing.set()
+                await heard.wait()  # the listener takes the news meanwhile
+            return ids
+
+        async def hearing(self: JobStore, timeout: float) -> list[str]:
+            news = await wait_for_news(self, timeout)
+            if self is store and read_nothing.is_set():
+                heard.set()
+            return news
+
+        monkeypatch.setattr(JobStore, "cancel_requests", read_then_hold)
+        monkeypatch.setattr(JobStore, "wait_for_news", hearing)
+        job_id = await client.submit("wait")
+        await store.wait_for_news(0.01)  # LISTEN is in place from here on
+        hour = 3600.0
+        worker = Worker(
+            store,
+            {"wait": waits_for_stop},
+            poll_interval=hour,
+            lease=hour,
+            cancel_grace=hour,
+        )
+        with trio.fail_after(20):
+            async with serving(worker):
+                await running.wait()
+                # A request for another worker's job: this one reads, finds
+                # nothing of its own, and its read is held.
+                await client.submit("other")
+                other = await client.claim("x", lease=hour, kinds=["other"])
+                assert other is not None
+                await client.request_cancel(other.id)
+                await read_nothing.wait()
+                await client.request_cancel(job_id)
+                # Only the news can bring it: the next poll is in an hour.
+                await stop_seen.wait()
 
 
 @pytest.mark.realtime

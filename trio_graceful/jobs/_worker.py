@@ -258,11 +258,14 @@ class Worker:
         running = self._jobs.running
         while True:
             await self._jobs.attempts.wait_slot()
+            # Taken before the claim: news heard while it is in flight
+            # (which may not have seen the new job) sets this event too.
+            news = self._submitted
             limit = self._claims.free(len(running))
             claim = functools.partial(self._claims.claim, running.keys(), limit)
             jobs = await self._access.call("claiming", claim)
             if not jobs:
-                await self._pause(self._submitted)
+                await self._pause(news)
             self._jobs.add(jobs)
 
     async def _renew_lease(self) -> None:
@@ -282,6 +285,7 @@ class Worker:
 
     async def _serve_cancel_requests(self) -> None:
         while True:
+            news = self._cancelled  # before the read, as for claims
             if self._jobs.running:
                 self._jobs.cancel(
                     await self._access.call(
@@ -290,7 +294,7 @@ class Worker:
                         writes=False,
                     )
                 )
-            await self._pause(self._cancelled)
+            await self._pause(news)
 
     async def _listen(self) -> None:
         while True:
