@@ -72,6 +72,7 @@ from trio_graceful.jobs import (
     _holding,
     open_store,
 )
+from trio_graceful.jobs._holding import ClaimRequest, GroupedEnding
 from trio_graceful.jobs._records import JobEnding
 
 HERE = Path(__file__).resolve().parent
@@ -166,14 +167,12 @@ def hand_written_trio_worker(url: str, job_ms: float) -> None:
     sys.stdin.readline()
 
     def settle_then_claim(job: JobRecord) -> JobRecord | None:
-        _, claimed = _holding.finish_then_claim(
-            q,
-            completion(job, name),
-            now=time.time(),
-            lease=30,
-            stale_after=None,
-            limit=1,
+        claim = ClaimRequest(
+            limit=1, lease=30, stale_after=None, incarnation=None, kinds=None
         )
+        ending = GroupedEnding(completion(job, name), time.time(), claim)
+        [settled] = _holding.finish_group(q, [ending])
+        _, claimed = settled.unwrap()
         return claimed[0] if claimed else None
 
     async def main() -> None:

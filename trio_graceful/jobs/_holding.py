@@ -2,8 +2,8 @@
 
 What a worker calls while it runs jobs, each operation in one transaction
 of a `Database`. A worker that finishes a job while it has a free slot
-settles the job and claims the next ones in the same transaction
-(`finish_then_claim`): one commit, and so one flush to disk, where a
+settles the job and claims the next ones in the same transaction (the
+ending's `ClaimRequest`): one commit, and so one flush to disk, where a
 settlement and a claim apart would take two. The endings of jobs that end
 together, with their claims, are one transaction too (`finish_group`,
 gathered by `_groupcommit`). A claim picks and changes its rows in one
@@ -94,34 +94,6 @@ def finish(db: Database, ending: JobEnding, *, now: float) -> JobRecord:
     return written.unwrap()[0]
 
 
-def finish_then_claim(
-    db: Database,
-    ending: JobEnding,
-    *,
-    now: float,
-    lease: float,
-    stale_after: float | None,
-    incarnation: str | None = None,
-    kinds: Sequence[str] | None = None,
-    limit: int,
-) -> Settled:
-    """`finish`, then `claim_many` for the same worker, committed together.
-
-    The lease is renewed first: if another process holds the worker's
-    id (`WorkerReplacedError`), nothing is written. Its take-over has
-    settled the job already; the ending is not this process's to write.
-    """
-    claim = ClaimRequest(
-        limit=limit,
-        lease=lease,
-        stale_after=stale_after,
-        incarnation=incarnation,
-        kinds=kinds,
-    )
-    [written] = finish_group(db, [GroupedEnding(ending, now, claim)])
-    return written.unwrap()
-
-
 @attrs.frozen(kw_only=True)
 class ClaimRequest:
     """The claim that goes with an ending: up to ``limit`` jobs for its slots."""
@@ -155,13 +127,13 @@ def finish_group(
 ) -> list[outcome.Outcome[Settled]]:
     """Write the endings of ``group``, then their claims, in one transaction.
 
-    Each is written as `finish_then_claim` (or `finish`, without a claim)
-    would write it alone; the claims of one worker are one query. An ending
-    the store refuses (`LostJobError`, `IllegalJobTransitionError`,
-    `WorkerReplacedError`) is refused before anything of it is written, and
-    gets its error; the others are committed. Any other error (an outage, a
-    bug) rolls the whole group back, and every ending gets it. Returns each
-    ending's outcome, in order.
+    Each is written as it would be in a transaction of its own; the claims
+    of one worker are one query. An ending the store refuses
+    (`LostJobError`, `IllegalJobTransitionError`, `WorkerReplacedError`) is
+    refused before anything of it is written, and gets its error; the
+    others are committed. Any other error (an outage, a bug) rolls the whole
+    group back, and every ending gets it. Returns each ending's outcome, in
+    order.
 
     The statements are as many for a group as for one ending: the read
     of each worker's lease and of the rows (sent together), the lease's
