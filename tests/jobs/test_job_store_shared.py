@@ -8,6 +8,7 @@ and counts only.
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -170,6 +171,67 @@ async def test_postgres_notifies_listening_workers(postgres_url: str) -> None:
         client.close()
 
 
+HOUR = 3600.0
+
+
+def polling_hourly(
+    store: JobStore, functions: dict[str, Any], **options: Any
+) -> Worker:
+    """A worker that polls once an hour: only a NOTIFY brings it news in time."""
+    return Worker(
+        store, functions, poll_interval=HOUR, lease=HOUR, cancel_grace=HOUR, **options
+    )
+
+
+def stops_when_asked(
+    running: trio.Event, stop_seen: trio.Event
+) -> Callable[[JobContext], Awaitable[None]]:
+    """A job that sets ``running``, waits for its STOP, sets ``stop_seen``, stops."""
+
+    async def job(ctx: JobContext) -> None:
+        running.set()
+        await ctx.wait_stop()
+        stop_seen.set()
+        await ctx.checkpoint()  # raises JobStopped
+
+    return job
+
+
+def hold_first_empty_answer(
+    monkeypatch: pytest.MonkeyPatch,
+    store: JobStore,
+    query: str,
+    *,
+    when: Callable[[], bool] = lambda: True,
+) -> trio.Event:
+    """Hold ``store``'s first empty answer to ``query`` until its listener hears news.
+
+    Returns the event set once the answer is held (``when`` says which
+    answers count). The worker's loop then goes on with the news already
+    heard: only an event taken before the query keeps it.
+    """
+    held, heard = trio.Event(), trio.Event()
+    ask, wait_for_news = getattr(JobStore, query), JobStore.wait_for_news
+
+    async def holding(self: JobStore, *args: Any, **kwargs: Any) -> Any:
+        answer = await ask(self, *args, **kwargs)
+        if self is store and when() and not held.is_set():
+            assert not answer
+            held.set()
+            await heard.wait()  # the listener takes the news meanwhile
+        return answer
+
+    async def hearing(self: JobStore, timeout: float) -> list[str]:
+        news = await wait_for_news(self, timeout)
+        if self is store and held.is_set() and news:
+            heard.set()
+        return news
+
+    monkeypatch.setattr(JobStore, query, holding)
+    monkeypatch.setattr(JobStore, "wait_for_news", hearing)
+    return held
+
+
 @pytest.mark.realtime
 async def test_a_postgres_worker_hears_a_submission_by_notify(
     postgres_url: str,
@@ -180,10 +242,9 @@ async def test_a_postgres_worker_hears_a_submission_by_notify(
     async def quick(ctx: JobContext) -> None:
         ran.set()
 
-    hour = 3600.0
     with open_store(postgres_url) as client, open_store(postgres_url) as store:
         await store.wait_for_news(0.01)  # LISTEN is in place from here on
-        worker = Worker(store, {"quick": quick}, poll_interval=hour, lease=hour)
+        worker = polling_hourly(store, {"quick": quick})
         with trio.fail_after(60):
             async with serving(worker):
                 # Its first claim found nothing: it waits for news.
@@ -198,34 +259,14 @@ async def test_a_submission_heard_while_a_claim_is_in_flight_is_not_lost(
 ) -> None:
     """The claim found nothing; the news came before the worker waited for it."""
     ran = trio.Event()
-    claimed_nothing = trio.Event()
-    heard = trio.Event()
 
     async def quick(ctx: JobContext) -> None:
         ran.set()
 
     with open_store(postgres_url) as client, open_store(postgres_url) as store:
-        claim_many, wait_for_news = JobStore.claim_many, JobStore.wait_for_news
-
-        async def claim_then_hold(self: JobStore, *args: Any, **kwargs: Any) -> Any:
-            jobs = await claim_many(self, *args, **kwargs)
-            if self is store and not claimed_nothing.is_set():
-                assert jobs == []
-                claimed_nothing.set()
-                await heard.wait()  # the listener takes the news meanwhile
-            return jobs
-
-        async def hearing(self: JobStore, timeout: float) -> list[str]:
-            news = await wait_for_news(self, timeout)
-            if self is store and news:
-                heard.set()
-            return news
-
-        monkeypatch.setattr(JobStore, "claim_many", claim_then_hold)
-        monkeypatch.setattr(JobStore, "wait_for_news", hearing)
+        claimed_nothing = hold_first_empty_answer(monkeypatch, store, "claim_many")
         await store.wait_for_news(0.01)  # LISTEN is in place from here on
-        hour = 3600.0
-        worker = Worker(store, {"quick": quick}, poll_interval=hour, lease=hour)
+        worker = polling_hourly(store, {"quick": quick})
         with trio.fail_after(20):
             async with serving(worker):
                 await claimed_nothing.wait()
@@ -240,53 +281,23 @@ async def test_a_cancel_request_heard_while_requests_are_read_is_not_lost(
 ) -> None:
     """The read found nothing; the news came before the worker waited for it."""
     running = trio.Event()
-    read_nothing = trio.Event()
-    heard = trio.Event()
     stop_seen = trio.Event()
-
-    async def waits_for_stop(ctx: JobContext) -> None:
-        running.set()
-        await ctx.wait_stop()
-        stop_seen.set()
-        await ctx.checkpoint()  # raises JobStopped
+    waits_for_stop = stops_when_asked(running, stop_seen)
 
     with open_store(postgres_url) as client, open_store(postgres_url) as store:
-        cancel_requests = JobStore.cancel_requests
-        wait_for_news = JobStore.wait_for_news
-
-        async def read_then_hold(self: JobStore, worker: str) -> list[str]:
-            ids = await cancel_requests(self, worker)
-            if self is store and running.is_set() and not read_nothing.is_set():
-                assert ids == []
-                read_nothing.set()
-                await heard.wait()  # the listener takes the news meanwhile
-            return ids
-
-        async def hearing(self: JobStore, timeout: float) -> list[str]:
-            news = await wait_for_news(self, timeout)
-            if self is store and read_nothing.is_set():
-                heard.set()
-            return news
-
-        monkeypatch.setattr(JobStore, "cancel_requests", read_then_hold)
-        monkeypatch.setattr(JobStore, "wait_for_news", hearing)
+        read_nothing = hold_first_empty_answer(
+            monkeypatch, store, "cancel_requests", when=running.is_set
+        )
         job_id = await client.submit("wait")
         await store.wait_for_news(0.01)  # LISTEN is in place from here on
-        hour = 3600.0
-        worker = Worker(
-            store,
-            {"wait": waits_for_stop},
-            poll_interval=hour,
-            lease=hour,
-            cancel_grace=hour,
-        )
+        worker = polling_hourly(store, {"wait": waits_for_stop})
         with trio.fail_after(20):
             async with serving(worker):
                 await running.wait()
                 # A request for another worker's job: this one reads, finds
                 # nothing of its own, and its read is held.
                 await client.submit("other")
-                other = await client.claim("x", lease=hour, kinds=["other"])
+                other = await client.claim("x", lease=HOUR, kinds=["other"])
                 assert other is not None
                 await client.request_cancel(other.id)
                 await read_nothing.wait()
@@ -302,25 +313,12 @@ async def test_a_postgres_worker_hears_a_cancel_request_by_notify(
     """The worker polls once an hour, so only the NOTIFY can bring the request."""
     running = trio.Event()
     stop_seen = trio.Event()
+    waits_for_stop = stops_when_asked(running, stop_seen)
 
-    async def waits_for_stop(ctx: JobContext) -> None:
-        running.set()
-        await ctx.wait_stop()
-        stop_seen.set()
-        await ctx.checkpoint()  # raises JobStopped
-
-    hour = 3600.0
     with open_store(postgres_url) as client, open_store(postgres_url) as store:
         job_id = await client.submit("wait")
         await store.wait_for_news(0.01)  # LISTEN is in place from here on
-        worker = Worker(
-            store,
-            {"wait": waits_for_stop},
-            worker_id="w1",
-            poll_interval=hour,
-            lease=hour,
-            cancel_grace=hour,
-        )
+        worker = polling_hourly(store, {"wait": waits_for_stop}, worker_id="w1")
         with trio.fail_after(60):
             async with serving(worker):
                 await running.wait()
