@@ -197,3 +197,20 @@ async def test_a_claim_keeps_one_plan_on_postgresql(
             ("UPDATE jobs SET state%RETURNING%",),
         )
         assert (generic, custom) == (5, 5)
+
+
+async def test_without_pipelines_the_same_transactions_run_statement_by_statement(
+    postgres_url: str, round_trips: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    # What a libpq before 14 says: no pipeline mode.
+    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda _: False))
+    with open_store(postgres_url) as store:
+        await submit_many(store, 6)
+        jobs = await store.claim_many("w", limit=3, lease=30, incarnation="i")
+        await end_together(store, jobs)
+        assert store.statistics().largest_group == 3
+        states = sorted(job.state.value for job in await store.jobs())
+        assert states == ["completed"] * 3 + ["running"] * 3
+        assert round_trips == []  # no pipeline was opened
