@@ -70,6 +70,18 @@ def _config(**fields: object) -> Config:
     return config
 
 
+async def _start_serving(
+    bundle: trio_graceful.Bundle,
+    inbox: trio_graceful.InboxReceiver[Any],
+    app: object,
+    config: Config,
+) -> None:
+    """Start ``app`` under `serve_asgi` as a child of ``bundle``."""
+    await bundle.start(
+        functools.partial(trio_graceful.asgi.serve_asgi, inbox, app, config=config)
+    )
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -135,11 +147,7 @@ async def test_a_field_that_cannot_be_honoured_is_refused_before_anything_starts
     async with trio_graceful.open_bundle() as bundle:
         _, inbox = bundle.open_inbox()
         with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-            await bundle.start(
-                functools.partial(
-                    trio_graceful.asgi.serve_asgi, inbox, make_app(log), config=config
-                )
-            )
+            await _start_serving(bundle, inbox, make_app(log), config)
     assert log.events == []  # the app's lifespan never started
     assert not sock.exists()  # nothing was bound
 
@@ -243,15 +251,9 @@ async def test_startup_timeout_bounds_the_lifespan_startup(
 
     async with trio_graceful.open_bundle() as bundle:
         _, inbox = bundle.open_inbox()
+        config = _config(bind="127.0.0.1:0", startup_timeout=4)
         with pytest.raises(LifespanTimeoutError, match="awaiting startup"):
-            await bundle.start(
-                functools.partial(
-                    trio_graceful.asgi.serve_asgi,
-                    inbox,
-                    app,
-                    config=_config(bind="127.0.0.1:0", startup_timeout=4),
-                )
-            )
+            await _start_serving(bundle, inbox, app, config)
         assert trio.current_time() == 4
 
 
@@ -270,15 +272,9 @@ async def test_stop_cuts_a_lifespan_startup_short(
             sender.stop()  # as a runner does to a service still starting
 
         bundle.start_soon(stop_at, 3)
+        config = _config(bind="127.0.0.1:0", startup_timeout=60)
         with pytest.raises(RuntimeError, match=r"without calling task_status\.started"):
-            await bundle.start(
-                functools.partial(
-                    trio_graceful.asgi.serve_asgi,
-                    inbox,
-                    app,
-                    config=_config(bind="127.0.0.1:0", startup_timeout=60),
-                )
-            )
+            await _start_serving(bundle, inbox, app, config)
         # At the STOP, not at the startup timeout nor at a hard deadline.
         assert trio.current_time() == 3
 
@@ -575,11 +571,7 @@ async def test_the_statsd_socket_is_closed_when_the_start_fails(
     async with trio_graceful.open_bundle() as bundle:
         _, inbox = bundle.open_inbox()
         with pytest.raises(OSError, match=f"cannot listen on unix:{tmp_path}"):
-            await bundle.start(
-                functools.partial(
-                    trio_graceful.asgi.serve_asgi, inbox, make_app(Log()), config=config
-                )
-            )
+            await _start_serving(bundle, inbox, make_app(Log()), config)
     gc.collect()  # an unclosed socket would warn here, and warnings are errors
 
 
