@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.jobs.test_job_worker import make_worker, wait_for_state
+from tests.jobs.test_job_worker import make_worker, wait_all_in_state
 from tests.support.jobs import mock_store, serving
 from trio_graceful.jobs import (
     JobContext,
@@ -258,8 +258,7 @@ async def test_a_worker_groups_the_endings_of_jobs_that_end_together(
     ids = [await store.submit("k") for _ in range(12)]
     worker = make_worker(store, {"k": job}, concurrency=4)
     async with serving(worker):
-        for job_id in ids:
-            await wait_for_state(store, job_id, S.COMPLETED)
+        await wait_all_in_state(store, ids, S.COMPLETED)
     stats = store.statistics()
     assert stats.endings == 12
     assert stats.groups < 12

@@ -24,7 +24,7 @@ import trio.testing
 from hypothesis import given, settings, strategies as st
 
 import trio_graceful
-from tests.jobs.test_job_worker import make_worker, wait_for_state
+from tests.jobs.test_job_worker import make_worker, wait_all_in_state, wait_for_state
 from tests.support import jobs as support
 from tests.support.jobs import serving, steps, stubborn
 from tests.support.lifecycles import lifecycle_in
@@ -98,8 +98,7 @@ async def test_jobs_run_through_an_outage_and_their_results_are_written_after(
             await trio.sleep(20)
             # Their functions have returned; their endings wait for the store.
             assert [(await store.get(i)).state for i in ids] == [S.RUNNING] * 3
-        for job_id in ids:
-            await wait_for_state(store, job_id, S.COMPLETED)
+        await wait_all_in_state(store, ids, S.COMPLETED)
     for job_id in ids:
         job = await store.get(job_id)
         assert (job.result, job.progress, job.error) == (5, {"step": 5}, None)
@@ -343,8 +342,7 @@ def test_random_outages_never_fail_a_job(
                 await trio.sleep(pause)
                 with write_lock(path):
                     await trio.sleep(length)
-            for job_id in ids:
-                await wait_for_state(store, job_id, S.COMPLETED)
+            await wait_all_in_state(store, ids, S.COMPLETED)
         for job_id, steps_count in zip(ids, durations, strict=True):
             job = await store.get(job_id)
             assert (job.result, job.progress) == (steps_count, {"step": steps_count})
@@ -432,8 +430,7 @@ async def test_free_slots_are_filled_by_one_claim(
         await trio.testing.wait_all_tasks_blocked()
         assert worker.statistics().running == 4
         assert store.trips.count("claim_many") == 1
-        for job_id in ids:
-            await wait_for_state(store, job_id, S.COMPLETED)
+        await wait_all_in_state(store, ids, S.COMPLETED)
 
 
 async def test_a_settlement_claims_the_next_job_in_the_same_trip(
@@ -443,8 +440,7 @@ async def test_a_settlement_claims_the_next_job_in_the_same_trip(
     ids = [await store.submit("noop") for _ in range(3)]
     worker = make_worker(store, {"noop": noop}, concurrency=1)
     async with serving(worker):
-        for job_id in ids:
-            await wait_for_state(store, job_id, S.COMPLETED)
+        await wait_all_in_state(store, ids, S.COMPLETED)
     trips = [t for t in store.trips if t in ("claim_many", "finish_then_claim")]
     # The first claim, then each ending claims the next (the last finds none).
     assert trips[:4] == ["claim_many"] + ["finish_then_claim"] * 3

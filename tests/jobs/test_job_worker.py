@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -35,6 +36,14 @@ async def wait_for_state(store: JobStore, job_id: str, state: JobState) -> None:
     # The store is the only shared view of a job, as for another process.
     while (await store.get(job_id)).state is not state:  # noqa: ASYNC110
         await trio.sleep(0.01)
+
+
+async def wait_all_in_state(
+    store: JobStore, job_ids: Sequence[str], state: JobState
+) -> None:
+    """`wait_for_state` for each of ``job_ids``, in turn."""
+    for job_id in job_ids:
+        await wait_for_state(store, job_id, state)
 
 
 def audit(events: list[Any]) -> list[tuple[Any, Any, float]]:
