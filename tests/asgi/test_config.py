@@ -242,28 +242,26 @@ async def test_without_read_timeout_keep_alive_decides(
     assert await _silent_client_closed_after(tmp_path, config, b"") == 7
 
 
+async def _startup_hangs(scope: Scope, receive: Receive, send: Send) -> None:
+    """An app whose lifespan startup never completes."""
+    await receive()
+    await trio.sleep_forever()
+
+
 async def test_startup_timeout_bounds_the_lifespan_startup(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        await receive()
-        await trio.sleep_forever()  # never completes its startup
-
     async with trio_graceful.open_bundle() as bundle:
         _, inbox = bundle.open_inbox()
         config = _config(bind="127.0.0.1:0", startup_timeout=4)
         with pytest.raises(LifespanTimeoutError, match="awaiting startup"):
-            await _start_serving(bundle, inbox, app, config)
+            await _start_serving(bundle, inbox, _startup_hangs, config)
         assert trio.current_time() == 4
 
 
 async def test_stop_cuts_a_lifespan_startup_short(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        await receive()
-        await trio.sleep_forever()  # a startup that hangs
-
     async with trio_graceful.open_bundle() as bundle:
         sender, inbox = bundle.open_inbox()
 
@@ -274,7 +272,7 @@ async def test_stop_cuts_a_lifespan_startup_short(
         bundle.start_soon(stop_at, 3)
         config = _config(bind="127.0.0.1:0", startup_timeout=60)
         with pytest.raises(RuntimeError, match=r"without calling task_status\.started"):
-            await _start_serving(bundle, inbox, app, config)
+            await _start_serving(bundle, inbox, _startup_hangs, config)
         # At the STOP, not at the startup timeout nor at a hard deadline.
         assert trio.current_time() == 3
 
