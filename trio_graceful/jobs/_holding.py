@@ -297,8 +297,8 @@ def _claim(
     """
     of_kinds = "" if kinds is None else f" AND kind IN ({', '.join('?' * len(kinds))})"
     order = db.dialect.order_column
-    running, queued = JobState.RUNNING.value, JobState.QUEUED.value
-    JOB_TABLE.move(JobState.QUEUED, JobEvent.CLAIM, subject="a claim")
+    queued = JobState.QUEUED.value
+    running = JOB_TABLE.move(JobState.QUEUED, JobEvent.CLAIM, subject="a claim").value
     # The state and the limit (an int) are written out, not parameters: the
     # plan PostgreSQL makes for them once, reading the index of states in
     # order, serves every later claim of as many jobs, without planning again.
