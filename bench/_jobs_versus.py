@@ -22,6 +22,13 @@ as `_common.schedule` orders them (each library first in turn). A round:
 6. once every connection has closed (a backend's counters are flushed when
    it exits), the counters are read again.
 
+CPU time is read from ``/proc`` between "go" and the moment the watcher
+has seen every job end: each worker process's, and the server's (the
+processes ``pg_stat_activity`` lists, but the watcher's backend and the
+bench's own; the server must run on this machine). Over the jobs, it is
+what a job costs the worker and the server; on two cores, their sum
+bounds the rate.
+
 The rate is the jobs over the time from the first job's start, in any
 process, to the last job's end; the counts per job are the differences of
 step 6 and step 2, over the jobs, start-up and shut-down of the workers
@@ -40,6 +47,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -177,15 +185,79 @@ class Server:
         assert row is not None
         return Counters(int(row[0]), int(row[1]), int(row[2]))
 
+    def pids(self) -> list[int]:
+        """The server's processes but the one serving this connection.
+
+        Its backends and background processes: those of a server on this
+        machine, whose CPU time `CpuClock` reads.
+        """
+        rows = self._admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+        ).fetchall()
+        return [int(pid) for (pid,) in rows]
+
     def _one(self, query: str, *args: object) -> int:
         row = self._admin.execute(query, args).fetchone()
         assert row is not None
         return int(row[0])
 
+    def latencies(self, samples: int = 200) -> dict[str, float]:
+        """Median seconds of a round trip and of a durable commit, one at a time.
+
+        ``SELECT 1``, and an INSERT of one row committed on its own (a WAL
+        flush each): what a slot waits for between two jobs at least, when
+        its next job is claimed in the transaction of its last one's ending.
+        """
+        table = "bench_commit_latency"
+        self._admin.execute(f"CREATE TABLE IF NOT EXISTS {table} (v int)")
+        try:
+            timed = {
+                "round trip": "SELECT 1",
+                "durable commit": f"INSERT INTO {table} VALUES (1)",
+            }
+            medians = {}
+            for what, query in timed.items():
+                times = []
+                for _ in range(samples):
+                    started = time.perf_counter()
+                    self._admin.execute(query)
+                    times.append(time.perf_counter() - started)
+                medians[what] = statistics.median(times)
+            return medians
+        finally:
+            self._admin.execute(f"DROP TABLE {table}")
+
     def version(self) -> str:
         row = self._admin.execute("SHOW server_version").fetchone()
         assert row is not None
         return str(row[0])
+
+
+# -- CPU time -----------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            # The fields after the command's name, which may hold spaces.
+            fields = stat.read().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+class CpuClock:
+    """The CPU time that processes spend from now on, new ones included."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self._start = {pid: cpu_seconds(pid) for pid in pids}
+
+    def spent(self, pids: Sequence[int]) -> float:
+        """Seconds spent since the start by ``pids``: all of it for a new one."""
+        return sum(cpu_seconds(pid) - self._start.get(pid, 0.0) for pid in pids)
 
 
 # -- one round ----------------------------------------------------------------
@@ -196,6 +268,7 @@ class Watcher:
 
     def __init__(self, variant: str, url: str, n: int) -> None:
         self.polls = 0
+        self.backend: int | None = None  # the server's process serving it
         self._sqlite = url.startswith("sqlite")
         if self._sqlite:
             self._queries = queries(url)
@@ -203,6 +276,7 @@ class Watcher:
             self._connection = psycopg.connect(url, autocommit=True)
             self._query = ENDED[LIBRARY[variant]]
             self._args = {"n": n, "terminal": TERMINAL}
+            self.backend = self._connection.info.backend_pid
 
     def ended(self) -> int:
         if self._sqlite:
@@ -274,6 +348,9 @@ def one_round(
         workers = [spawn(args, stack) for _ in range(case.processes)]
         watcher = Watcher(variant, url, n)
         stack.callback(watcher.close)
+        pids = [worker.pid for worker in workers]
+        servers = server.pids() if server is not None else []
+        clock = CpuClock([*pids, *servers])
         for worker in workers:
             assert worker.stdin is not None
             worker.stdin.write("go\n")
@@ -283,6 +360,10 @@ def one_round(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{variant}: {case.title}: jobs still running")
             time.sleep(0.02)
+        worker_cpu = clock.spent(pids)
+        if server is not None:
+            others = [pid for pid in server.pids() if pid != watcher.backend]
+            server_cpu = clock.spent(others)
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
         spans = []
@@ -300,8 +381,9 @@ def one_round(
     if ran != n:
         raise RuntimeError(f"{variant}: {ran} jobs ran, not {n}")
     elapsed = max(last for _, last, _ in spans) - min(first for first, _, _ in spans)
-    measured = {"rate": n / elapsed}
+    measured = {"rate": n / elapsed, "worker CPU per job": worker_cpu / n}
     if server is not None and before is not None:
+        measured["server CPU per job"] = server_cpu / n
         after = server.counters(database)
         commits = after.commits - before.commits - watcher.polls
         measured["commits per job"] = commits / n
@@ -411,6 +493,7 @@ def run(
             server = _postgres_setup(admin_url, available)
             stack.callback(server.close)
             results["versions"]["postgresql"] = server.version()
+            results["latencies"] = server.latencies()
             urls["postgresql"] = {
                 v: _postgres.database_url(admin_url, DATABASE[LIBRARY[v]])
                 for v in available
@@ -480,6 +563,15 @@ def tables(results: dict[str, Any]) -> Iterator[Table]:
         + ".",
     ]
     notes.extend(f"Skipped: {reason}." for reason in results["skipped"].values())
+    if "latencies" in results:
+        trip, commit = (
+            results["latencies"][what] * 1e6
+            for what in ("round trip", "durable commit")
+        )
+        notes.append(
+            f"The server, before the rounds: a round trip ({trip:.0f} µs) and a "
+            f"durable commit of one row ({commit:.0f} µs), medians of 200."
+        )
     notes.append(f"uptime at the start: {results['uptime']['start']}")
     notes.append(f"uptime at the end: {results['uptime']['end']}")
     if postgres:
@@ -501,31 +593,32 @@ def tables(results: dict[str, Any]) -> Iterator[Table]:
             ]
             rows.append(row)
         yield Table("Jobs per second on PostgreSQL", columns, rows, notes)
-        columns = ["WAL flushes / commits per job"]
-        columns += [_label(v) for v in [OURS, *present]]
-        rows = []
-        for case in postgres:
-            rounds = case["rounds"]
-            row = [case["title"]]
-            for v in [OURS, *present]:
-                if v not in rounds:
-                    row.append("-")
-                    continue
-                flushes = statistics.median(s["WAL flushes per job"] for s in rounds[v])
-                commits = statistics.median(s["commits per job"] for s in rounds[v])
-                row.append(f"{flushes:.2f} / {commits:.2f}")
-            rows.append(row)
-        yield Table(
+        yield _per_job(
             "WAL flushes and commits per job on PostgreSQL",
-            columns,
-            rows,
-            [
-                "Medians over the rounds: the server's fdatasync calls "
-                "(pg_stat_wal.wal_sync) and the database's commits "
-                "(pg_stat_database.xact_commit, read-only ones included, the "
-                "watcher's taken off), over the jobs, the workers' start-up "
-                "and shut-down included."
-            ],
+            "WAL flushes / commits per job",
+            postgres,
+            present,
+            ("WAL flushes per job", "commits per job"),
+            "{:.2f} / {:.2f}",
+            "Medians over the rounds: the server's fdatasync calls "
+            "(pg_stat_wal.wal_sync) and the database's commits "
+            "(pg_stat_database.xact_commit, read-only ones included, the "
+            "watcher's taken off), over the jobs, the workers' start-up "
+            "and shut-down included.",
+        )
+        yield _per_job(
+            "CPU time per job on PostgreSQL",
+            "CPU per job, worker + server",
+            postgres,
+            present,
+            ("worker CPU per job", "server CPU per job"),
+            "{:,.0f} + {:,.0f} µs",
+            "Medians over the rounds: the user and system CPU time of "
+            "the worker processes, and of the server's processes (the "
+            'watcher\'s backend left out), from "go" until every job has '
+            "ended, over the jobs. On two cores, the rate is at most two "
+            "over their sum.",
+            scale=1e6,
         )
     sqlite = [c for c in results["cases"] if c["store"] == "sqlite"]
     if sqlite:
@@ -554,6 +647,35 @@ def tables(results: dict[str, Any]) -> Iterator[Table]:
                 "as many processes in the same round, median (lowest-highest)."
             ],
         )
+
+
+def _per_job(
+    title: str,
+    heading: str,
+    cases: Sequence[dict[str, Any]],
+    peers: Sequence[str],
+    measures: tuple[str, str],
+    cell: str,
+    note: str,
+    *,
+    scale: float = 1.0,
+) -> Table:
+    """A table of two ``measures`` per job, their medians in ``cell``."""
+    rows = []
+    for case in cases:
+        rounds = case["rounds"]
+        row = [case["title"]]
+        for v in [OURS, *peers]:
+            if v not in rounds:
+                row.append("-")
+                continue
+            medians = (
+                statistics.median(s[what] for s in rounds[v]) * scale
+                for what in measures
+            )
+            row.append(cell.format(*medians))
+        rows.append(row)
+    return Table(title, [heading, *(_label(v) for v in [OURS, *peers])], rows, [note])
 
 
 def render_rst(results: dict[str, Any]) -> str:
